@@ -1,0 +1,240 @@
+//! The policy's settings, as written in the ClusterAdmissionPolicy, and their validation.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::identity::{reconciler_username, service_account_username};
+use crate::selector::{LabelSelector, is_valid_subdomain};
+
+#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct PolicySettings {
+    /// `namespaceLabel`s whose namespaces are guarded, in the NamespaceBaseline syntax.
+    pub guard_selectors: Vec<String>,
+    /// Also guard the `namespaceLabel` of every live NamespaceBaseline, read through the
+    /// policy-server's host capabilities.
+    pub context_aware: bool,
+    /// The reconciler's identity, always allowed.
+    pub reconciler_username: String,
+    /// Break-glass identities, always allowed.
+    pub exempt_users: Vec<String>,
+    pub exempt_groups: Vec<String>,
+    /// `namespace:name` of ServiceAccounts.
+    pub exempt_service_accounts: Vec<String>,
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        Self {
+            guard_selectors: Vec::new(),
+            context_aware: false,
+            reconciler_username: reconciler_username(),
+            exempt_users: Vec::new(),
+            exempt_groups: Vec::new(),
+            exempt_service_accounts: Vec::new(),
+        }
+    }
+}
+
+/// Identities that must never be blocked: the namespace controller emptying a terminating
+/// namespace and the garbage collector (per-controller credentials, or the controller
+/// manager's own). Blocking them leaves namespaces stuck in Terminating.
+pub const CONTROL_PLANE_USERS: [&str; 3] = [
+    "system:serviceaccount:kube-system:namespace-controller",
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:kube-controller-manager",
+];
+
+impl PolicySettings {
+    /// Checks everything a request will rely on, with a message a person can act on.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if self.guard_selectors.is_empty() && !self.context_aware {
+            problems.push(
+                "guardSelectors is empty and contextAware is false, so no namespace would be guarded: list the baselines' namespaceLabel values in guardSelectors (e.g. [\"baseline=guarded\"]) or set contextAware: true".to_owned(),
+            );
+        }
+        for (index, selector) in self.guard_selectors.iter().enumerate() {
+            if let Err(error) = LabelSelector::parse(selector) {
+                problems.push(format!("guardSelectors[{index}] {selector:?}: {error}"));
+            }
+        }
+        if self.reconciler_username.trim().is_empty() {
+            problems.push(format!(
+                "reconcilerUsername is empty: the reconciler would be blocked from installing the wall; the default is {:?}",
+                reconciler_username()
+            ));
+        }
+        for (field, values) in [
+            ("exemptUsers", &self.exempt_users),
+            ("exemptGroups", &self.exempt_groups),
+        ] {
+            for (index, value) in values.iter().enumerate() {
+                if value.trim().is_empty() {
+                    problems.push(format!("{field}[{index}] is empty"));
+                }
+            }
+        }
+        for (index, account) in self.exempt_service_accounts.iter().enumerate() {
+            if let Err(reason) = parse_service_account(account) {
+                problems.push(format!(
+                    "exemptServiceAccounts[{index}] {account:?}: {reason}"
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    /// The settings in the form the rules use. Invalid entries (which `validate` refuses
+    /// before the policy is ever loaded) are left out rather than guessed at.
+    pub fn gate(&self) -> Gate {
+        let mut exempt_users: HashSet<String> = CONTROL_PLANE_USERS
+            .iter()
+            .map(|u| (*u).to_owned())
+            .collect();
+        exempt_users.insert(self.reconciler_username.clone());
+        exempt_users.extend(self.exempt_users.iter().cloned());
+        exempt_users.extend(
+            self.exempt_service_accounts
+                .iter()
+                .filter_map(|account| parse_service_account(account).ok())
+                .map(|(namespace, name)| service_account_username(namespace, name)),
+        );
+        Gate {
+            guards: self
+                .guard_selectors
+                .iter()
+                .filter_map(|text| LabelSelector::parse(text).ok())
+                .map(|selector| super::Guard {
+                    selector,
+                    baseline: None,
+                })
+                .collect(),
+            context_aware: self.context_aware,
+            exempt_users,
+            exempt_groups: self.exempt_groups.iter().cloned().collect(),
+        }
+    }
+}
+
+fn parse_service_account(account: &str) -> Result<(&str, &str), String> {
+    let Some((namespace, name)) = account.split_once(':') else {
+        return Err("write it as namespace:name".to_owned());
+    };
+    if namespace.len() > 63 || namespace.contains('.') || !is_valid_subdomain(namespace) {
+        return Err(format!("{namespace:?} is not a namespace name"));
+    }
+    if !is_valid_subdomain(name) {
+        return Err(format!("{name:?} is not a ServiceAccount name"));
+    }
+    Ok((namespace, name))
+}
+
+/// Settings compiled for evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    pub guards: Vec<super::Guard>,
+    pub context_aware: bool,
+    exempt_users: HashSet<String>,
+    exempt_groups: HashSet<String>,
+}
+
+impl Gate {
+    /// Whether this requester is always allowed (reconciler, control plane, break-glass).
+    pub fn exempts(&self, user: &super::UserInfo) -> bool {
+        self.exempt_users.contains(&user.username)
+            || user
+                .groups
+                .iter()
+                .any(|group| self.exempt_groups.contains(group))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    fn settings(value: serde_json::Value) -> Result<PolicySettings, String> {
+        serde_json::from_value(value).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_name_the_deployed_reconciler() {
+        let settings = settings(json!({"guardSelectors": ["baseline=guarded"]})).unwrap();
+        assert_eq!(
+            settings.reconciler_username,
+            "system:serviceaccount:namespace-baseline:namespace-baseline-reconciler"
+        );
+        assert_eq!(settings.validate(), Ok(()));
+    }
+
+    #[rstest]
+    #[case::context_aware_alone(json!({"contextAware": true}))]
+    #[case::everything(json!({
+        "guardSelectors": ["baseline=guarded", "tier"],
+        "contextAware": true,
+        "reconcilerUsername": "system:serviceaccount:ops:nsb",
+        "exemptUsers": ["alice"],
+        "exemptGroups": ["breakglass"],
+        "exemptServiceAccounts": ["ops:rescue"],
+    }))]
+    fn valid_settings(#[case] value: serde_json::Value) {
+        assert_eq!(settings(value).unwrap().validate(), Ok(()));
+    }
+
+    #[rstest]
+    #[case::nothing_guarded(json!({}), "no namespace would be guarded")]
+    #[case::bad_selector(json!({"guardSelectors": ["a!=b"]}), "guardSelectors[0] \"a!=b\"")]
+    #[case::empty_selector(json!({"guardSelectors": ["ok", ""]}), "guardSelectors[1]")]
+    #[case::empty_reconciler(json!({"contextAware": true, "reconcilerUsername": " "}), "reconcilerUsername is empty")]
+    #[case::empty_user(json!({"contextAware": true, "exemptUsers": [""]}), "exemptUsers[0] is empty")]
+    #[case::empty_group(json!({"contextAware": true, "exemptGroups": [""]}), "exemptGroups[0] is empty")]
+    #[case::account_without_namespace(json!({"contextAware": true, "exemptServiceAccounts": ["rescue"]}), "namespace:name")]
+    #[case::account_bad_namespace(json!({"contextAware": true, "exemptServiceAccounts": ["Ops:rescue"]}), "not a namespace name")]
+    #[case::account_bad_name(json!({"contextAware": true, "exemptServiceAccounts": ["ops:"]}), "not a ServiceAccount name")]
+    fn invalid_settings_say_what_to_fix(#[case] value: serde_json::Value, #[case] message: &str) {
+        let error = settings(value).unwrap().validate().unwrap_err();
+        assert!(error.contains(message), "{error}");
+    }
+
+    #[rstest]
+    #[case::unknown_field(json!({"guardSelector": ["a"]}), "unknown field `guardSelector`")]
+    #[case::wrong_type(json!({"contextAware": "yes"}), "invalid type")]
+    fn unreadable_settings_are_refused(#[case] value: serde_json::Value, #[case] message: &str) {
+        assert!(settings(value).unwrap_err().contains(message));
+    }
+
+    #[rstest]
+    #[case("system:serviceaccount:namespace-baseline:namespace-baseline-reconciler", &[], true)]
+    #[case("system:serviceaccount:kube-system:namespace-controller", &[], true)]
+    #[case("system:serviceaccount:kube-system:generic-garbage-collector", &[], true)]
+    #[case("system:kube-controller-manager", &[], true)]
+    #[case("alice", &[], true)]
+    #[case("bob", &["breakglass"], true)]
+    #[case("system:serviceaccount:ops:rescue", &[], true)]
+    #[case("bob", &["system:masters"], false)]
+    #[case("system:serviceaccount:namespace-baseline:default", &[], false)]
+    #[case("system:serviceaccount:ops:other", &[], false)]
+    fn exemptions(#[case] username: &str, #[case] groups: &[&str], #[case] exempt: bool) {
+        let gate = settings(json!({
+            "guardSelectors": ["baseline=guarded"],
+            "exemptUsers": ["alice"],
+            "exemptGroups": ["breakglass"],
+            "exemptServiceAccounts": ["ops:rescue"],
+        }))
+        .unwrap()
+        .gate();
+        let user = super::super::UserInfo {
+            username: username.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        assert_eq!(gate.exempts(&user), exempt);
+    }
+}

@@ -1,0 +1,294 @@
+//! The `NamespaceBaseline` custom resource: the seed's two fields (`namespaceLabel`,
+//! `allowDNS`) and three optional extensions whose defaults keep the seed's behaviour.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde::{Deserialize, Serialize};
+
+use crate::selector::{LabelSelector, SelectorError, is_valid_label_key, is_valid_label_value};
+
+/// Where a `namespaceLabel` must match, in the CRD schema itself: one `key=value` or `key`
+/// in label syntax. Length limits are checked by [`NamespaceBaselineSpec::validate`].
+pub const NAMESPACE_LABEL_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(=[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$";
+
+/// Every namespace carrying `namespaceLabel` sits behind a default-deny NetworkPolicy and,
+/// unless `allowDNS` is false, a DNS egress door.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "crd", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "hedronite.io",
+        version = "v1alpha1",
+        kind = "NamespaceBaseline",
+        plural = "namespacebaselines",
+        shortname = "nsb",
+        status = "NamespaceBaselineStatus",
+        printcolumn = r#"{"name":"Label","type":"string","jsonPath":".spec.namespaceLabel"}"#,
+        printcolumn = r#"{"name":"Namespaces","type":"integer","jsonPath":".status.namespaces"}"#,
+        printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode","priority":1}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceBaselineSpec {
+    /// The label that puts a namespace behind the wall: `key=value` (the label has that
+    /// value) or `key` (the label exists).
+    #[cfg_attr(feature = "crd", schemars(regex(pattern = NAMESPACE_LABEL_PATTERN), length(min = 1, max = 317)))]
+    pub namespace_label: String,
+
+    /// Add the DNS egress door next to the deny-all policy.
+    #[serde(rename = "allowDNS", default = "default_true")]
+    pub allow_dns: bool,
+
+    /// Where cluster DNS runs; defaults to `k8s-app=kube-dns` pods in `kube-system`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsSpec>,
+
+    /// What happens to the wall when a namespace stops matching or the baseline is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+
+    /// `Enforce` installs and repairs the wall; `Audit` only reports drift.
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The pods the DNS door opens egress to, on UDP and TCP port 53.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct DnsSpec {
+    /// The namespace of the DNS pods (selected by its `kubernetes.io/metadata.name` label).
+    #[serde(default = "default_dns_namespace")]
+    pub namespace: String,
+    /// The labels of the DNS pods.
+    #[serde(default = "default_dns_pod_labels")]
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+fn default_dns_namespace() -> String {
+    "kube-system".to_owned()
+}
+
+fn default_dns_pod_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([("k8s-app".to_owned(), "kube-dns".to_owned())])
+}
+
+impl Default for DnsSpec {
+    fn default() -> Self {
+        Self {
+            namespace: default_dns_namespace(),
+            pod_labels: default_dns_pod_labels(),
+        }
+    }
+}
+
+/// Fail-closed by default: a wall outlives its baseline unless asked otherwise.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
+pub enum DeletionPolicy {
+    /// Leave the NetworkPolicies in place when a namespace stops matching or the baseline
+    /// is deleted.
+    #[default]
+    Orphan,
+    /// Remove them (the baseline then carries a finalizer until they are gone).
+    Delete,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
+pub enum Mode {
+    /// Install and repair the wall.
+    #[default]
+    Enforce,
+    /// Report drift in status and events; write no NetworkPolicy.
+    Audit,
+}
+
+/// What the reconciler reports. Written only through the status subresource.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceBaselineStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Namespaces matched by `namespaceLabel`.
+    #[serde(default)]
+    pub namespaces: u32,
+    /// Writes made by the last reconcile (0 when the wall was already in place).
+    #[serde(default)]
+    pub objects_applied: u32,
+    /// Managed NetworkPolicies that differ from the wall (in `Audit` mode, left as found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted: Option<u32>,
+    /// `Ready` and `Degraded`, in the metav1.Condition shape.
+    #[serde(default)]
+    #[cfg_attr(feature = "crd", schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Why a spec cannot be acted on. Permanent: nothing changes until the spec does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpecError {
+    NamespaceLabel(SelectorError),
+    DnsNamespace(String),
+    DnsPodLabels(String),
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NamespaceLabel(error) => write!(f, "spec.namespaceLabel: {error}"),
+            Self::DnsNamespace(namespace) => write!(
+                f,
+                "spec.dns.namespace {namespace:?} is not a namespace name (lowercase letters, digits and '-', at most 63 characters)"
+            ),
+            Self::DnsPodLabels(reason) => write!(f, "spec.dns.podLabels: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for SpecError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::NamespaceLabel(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl NamespaceBaselineSpec {
+    /// The seed's spec: guard `namespace_label` with the deny-all and DNS door.
+    pub fn new(namespace_label: impl Into<String>) -> Self {
+        Self {
+            namespace_label: namespace_label.into(),
+            allow_dns: true,
+            dns: None,
+            deletion_policy: DeletionPolicy::default(),
+            mode: Mode::default(),
+        }
+    }
+
+    /// The namespaces this baseline covers, or why the spec cannot be acted on.
+    pub fn validate(&self) -> Result<LabelSelector, SpecError> {
+        let selector =
+            LabelSelector::parse(&self.namespace_label).map_err(SpecError::NamespaceLabel)?;
+        if let Some(dns) = &self.dns {
+            if !is_dns_label(&dns.namespace) {
+                return Err(SpecError::DnsNamespace(dns.namespace.clone()));
+            }
+            if dns.pod_labels.is_empty() {
+                return Err(SpecError::DnsPodLabels(
+                    "give at least one label: an empty selector would open DNS egress to every pod of the namespace".to_owned(),
+                ));
+            }
+            for (key, value) in &dns.pod_labels {
+                if !is_valid_label_key(key) {
+                    return Err(SpecError::DnsPodLabels(format!(
+                        "invalid label key {key:?}"
+                    )));
+                }
+                if !is_valid_label_value(value) {
+                    return Err(SpecError::DnsPodLabels(format!(
+                        "invalid label value {value:?} for {key:?}"
+                    )));
+                }
+            }
+        }
+        Ok(selector)
+    }
+
+    /// The DNS target in effect (the default when `dns` is not set).
+    pub fn dns_target(&self) -> DnsSpec {
+        self.dns.clone().unwrap_or_default()
+    }
+}
+
+/// A DNS-1123 label, the syntax of namespace names.
+fn is_dns_label(text: &str) -> bool {
+    text.len() <= 63 && !text.contains('.') && crate::selector::is_valid_subdomain(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    #[test]
+    fn the_seed_spec_reads_with_its_defaults() {
+        let spec: NamespaceBaselineSpec =
+            serde_json::from_value(json!({"namespaceLabel": "baseline=guarded"})).unwrap();
+        assert_eq!(spec, NamespaceBaselineSpec::new("baseline=guarded"));
+        assert!(spec.allow_dns);
+        assert_eq!(spec.deletion_policy, DeletionPolicy::Orphan);
+        assert_eq!(spec.mode, Mode::Enforce);
+        assert_eq!(spec.dns_target(), DnsSpec::default());
+    }
+
+    #[test]
+    fn extensions_round_trip_with_seed_field_names() {
+        let value = json!({
+            "namespaceLabel": "tier",
+            "allowDNS": false,
+            "dns": {"namespace": "dns", "podLabels": {"app": "coredns"}},
+            "deletionPolicy": "Delete",
+            "mode": "Audit",
+        });
+        let spec: NamespaceBaselineSpec = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&spec).unwrap(), value);
+    }
+
+    #[test]
+    fn the_namespace_label_is_required() {
+        let error =
+            serde_json::from_value::<NamespaceBaselineSpec>(json!({"allowDNS": true})).unwrap_err();
+        assert!(error.to_string().contains("namespaceLabel"));
+    }
+
+    #[rstest]
+    #[case(json!({"namespaceLabel": "a!=b"}), "spec.namespaceLabel")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"namespace": "Kube_System"}}), "spec.dns.namespace")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"podLabels": {}}}), "spec.dns.podLabels")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"podLabels": {"app": "-x"}}}), "spec.dns.podLabels")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"podLabels": {"a=b": "x"}}}), "spec.dns.podLabels")]
+    fn invalid_specs_say_which_field(#[case] spec: serde_json::Value, #[case] field: &str) {
+        let spec: NamespaceBaselineSpec = serde_json::from_value(spec).unwrap();
+        assert!(spec.validate().unwrap_err().to_string().starts_with(field));
+    }
+
+    #[rstest]
+    #[case("baseline=guarded", true)]
+    #[case("hedronite.io/zone=a-1", true)]
+    #[case("baseline", true)]
+    #[case("baseline!=guarded", false)]
+    #[case("a=b=c", false)]
+    #[case("=x", false)]
+    #[case("a=", false)]
+    #[case("a b", false)]
+    fn the_schema_pattern_agrees_with_the_parser_on_syntax(
+        #[case] text: &str,
+        #[case] valid: bool,
+    ) {
+        // The API server enforces the pattern; this keeps it and the parser in step for
+        // inputs within the length limits (which only the parser checks).
+        assert_eq!(LabelSelector::parse(text).is_ok(), valid);
+        assert_eq!(pattern_matches(text), valid, "{text}");
+    }
+
+    fn pattern_matches(text: &str) -> bool {
+        regex::Regex::new(NAMESPACE_LABEL_PATTERN)
+            .unwrap()
+            .is_match(text)
+    }
+}

@@ -1,0 +1,432 @@
+//! The wall: the NetworkPolicies a baseline wants in a namespace, whether an existing policy
+//! is still that wall, and the changes that bring a namespace to it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::Value;
+
+use crate::identity::{deny_all_policy_name, dns_policy_name, managed_labels};
+use crate::spec::{DnsSpec, NamespaceBaselineSpec};
+
+/// The label every namespace carries with its own name (set by the API server).
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+const DNS_PORT: i32 = 53;
+
+/// The NetworkPolicies `baseline` wants in `namespace`: deny-all, then the DNS door when
+/// `allowDNS` is on. Every field of the spec is named (empty rule lists included) so that a
+/// server-side apply of this object also resets rules another manager slipped in.
+pub fn desired_wall(
+    baseline: &str,
+    namespace: &str,
+    spec: &NamespaceBaselineSpec,
+) -> Vec<NetworkPolicy> {
+    let mut wall = vec![deny_all(baseline, namespace)];
+    if spec.allow_dns {
+        wall.push(dns_door(baseline, namespace, &spec.dns_target()));
+    }
+    wall
+}
+
+fn deny_all(baseline: &str, namespace: &str) -> NetworkPolicy {
+    managed_policy(
+        deny_all_policy_name(baseline),
+        baseline,
+        namespace,
+        NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
+            ingress: Some(Vec::new()),
+            egress: Some(Vec::new()),
+        },
+    )
+}
+
+fn dns_door(baseline: &str, namespace: &str, dns: &DnsSpec) -> NetworkPolicy {
+    let port = |protocol: &str| NetworkPolicyPort {
+        protocol: Some(protocol.to_owned()),
+        port: Some(IntOrString::Int(DNS_PORT)),
+        end_port: None,
+    };
+    let dns_pods = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                NAMESPACE_NAME_LABEL.to_owned(),
+                dns.namespace.clone(),
+            )])),
+            match_expressions: None,
+        }),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(dns.pod_labels.clone()),
+            match_expressions: None,
+        }),
+        ip_block: None,
+    };
+    managed_policy(
+        dns_policy_name(baseline),
+        baseline,
+        namespace,
+        NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Egress".to_owned()]),
+            ingress: Some(Vec::new()),
+            egress: Some(vec![NetworkPolicyEgressRule {
+                to: Some(vec![dns_pods]),
+                ports: Some(vec![port("UDP"), port("TCP")]),
+            }]),
+        },
+    )
+}
+
+fn managed_policy(
+    name: String,
+    baseline: &str,
+    namespace: &str,
+    spec: NetworkPolicySpec,
+) -> NetworkPolicy {
+    NetworkPolicy {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(managed_labels(baseline)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+    }
+}
+
+/// How an existing managed policy differs from the wall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drift {
+    /// The spec differs: a rule added, a selector narrowed, a port changed...
+    Spec,
+    /// A managed label is missing or changed (the spec is intact).
+    Labels,
+}
+
+/// Whether `actual` has drifted from `desired`, comparing the whole spec (fields another
+/// manager added count) and the managed labels. Labels and annotations others add are
+/// tolerated: they do not weaken the wall.
+pub fn drift(desired: &NetworkPolicy, actual: &NetworkPolicy) -> Option<Drift> {
+    if canonical(&desired.spec) != canonical(&actual.spec) {
+        return Some(Drift::Spec);
+    }
+    let actual_labels = actual.metadata.labels.as_ref();
+    let labels_intact = desired
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .all(|(key, value)| actual_labels.and_then(|labels| labels.get(key)) == Some(value));
+    (!labels_intact).then_some(Drift::Labels)
+}
+
+/// JSON with nulls, empty lists and empty maps dropped from objects, so that `ingress: []`
+/// (what we apply) and an absent `ingress` (what the API server returns) compare equal,
+/// while `egress: [{}]` (allow all egress) stays different from no egress at all.
+pub(crate) fn canonical_json(value: &Value) -> Value {
+    fn is_empty(value: &Value) -> bool {
+        match value {
+            Value::Null => true,
+            Value::Array(items) => items.is_empty(),
+            Value::Object(map) => map.is_empty(),
+            _ => false,
+        }
+    }
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| (key.clone(), canonical_json(value)))
+                .filter(|(_, value)| !is_empty(value))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(canonical_json).collect()),
+        other => other.clone(),
+    }
+}
+
+fn canonical(spec: &Option<NetworkPolicySpec>) -> Value {
+    // Serializing k8s-openapi types cannot fail: they hold only JSON-representable data.
+    canonical_json(&serde_json::to_value(spec).unwrap_or(Value::Null))
+}
+
+/// One write that brings a namespace to its wall.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// The policy does not exist yet.
+    Create(NetworkPolicy),
+    /// The policy exists but has drifted; apply it whole.
+    Repair(NetworkPolicy, Drift),
+    /// A managed policy the baseline no longer wants here.
+    Delete { namespace: String, name: String },
+}
+
+/// The changes that turn `existing` (the managed policies of one baseline in one namespace)
+/// into `desired`. Policies not in `desired` are deleted only when `prune` is set: a spec
+/// change (`allowDNS` turned off) prunes, a namespace leaving an `Orphan` baseline does not.
+/// A converged namespace yields no change at all.
+pub fn plan_namespace(
+    desired: Vec<NetworkPolicy>,
+    existing: &[&NetworkPolicy],
+    prune: bool,
+) -> Vec<Change> {
+    let find = |name: &Option<String>| {
+        existing
+            .iter()
+            .find(|policy| policy.metadata.name == *name)
+            .copied()
+    };
+    let mut changes = Vec::new();
+    if prune {
+        for policy in existing {
+            let wanted = desired
+                .iter()
+                .any(|d| d.metadata.name == policy.metadata.name);
+            if let (false, Some(namespace), Some(name)) =
+                (wanted, &policy.metadata.namespace, &policy.metadata.name)
+            {
+                changes.push(Change::Delete {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                });
+            }
+        }
+    }
+    for policy in desired {
+        match find(&policy.metadata.name) {
+            None => changes.push(Change::Create(policy)),
+            Some(actual) => {
+                if let Some(kind) = drift(&policy, actual) {
+                    changes.push(Change::Repair(policy, kind));
+                }
+            }
+        }
+    }
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL};
+    use rstest::rstest;
+    use serde_json::json;
+
+    fn spec(value: Value) -> NamespaceBaselineSpec {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn seed() -> NamespaceBaselineSpec {
+        NamespaceBaselineSpec::new("baseline=guarded")
+    }
+
+    /// What the API server returns for an applied policy: empty lists omitted.
+    fn as_stored(policy: &NetworkPolicy) -> NetworkPolicy {
+        let mut value = serde_json::to_value(policy).unwrap();
+        let spec = value["spec"].as_object_mut().unwrap();
+        spec.retain(|_, v| v.as_array().is_none_or(|a| !a.is_empty()));
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn the_seed_wall_is_deny_all_and_the_dns_door() {
+        let wall = desired_wall("guarded", "team-a", &seed());
+        assert_eq!(
+            serde_json::to_value(&wall).unwrap(),
+            json!([
+                {
+                    "apiVersion": "networking.k8s.io/v1",
+                    "kind": "NetworkPolicy",
+                    "metadata": {
+                        "name": "nsb-guarded-default-deny",
+                        "namespace": "team-a",
+                        "labels": {MANAGED_BY_LABEL: "namespace-baseline", BASELINE_LABEL: "guarded"},
+                    },
+                    "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": []},
+                },
+                {
+                    "apiVersion": "networking.k8s.io/v1",
+                    "kind": "NetworkPolicy",
+                    "metadata": {
+                        "name": "nsb-guarded-allow-dns",
+                        "namespace": "team-a",
+                        "labels": {MANAGED_BY_LABEL: "namespace-baseline", BASELINE_LABEL: "guarded"},
+                    },
+                    "spec": {
+                        "podSelector": {},
+                        "policyTypes": ["Egress"],
+                        "ingress": [],
+                        "egress": [{
+                            "to": [{
+                                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                            }],
+                            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                        }],
+                    },
+                },
+            ])
+        );
+    }
+
+    #[test]
+    fn allow_dns_off_is_deny_all_alone() {
+        let wall = desired_wall(
+            "guarded",
+            "team-a",
+            &spec(json!({"namespaceLabel": "baseline", "allowDNS": false})),
+        );
+        assert_eq!(wall.len(), 1);
+        assert_eq!(
+            wall[0].metadata.name.as_deref(),
+            Some("nsb-guarded-default-deny")
+        );
+    }
+
+    #[test]
+    fn the_dns_door_follows_the_dns_extension() {
+        let wall = desired_wall(
+            "guarded",
+            "team-a",
+            &spec(
+                json!({"namespaceLabel": "b", "dns": {"namespace": "dns", "podLabels": {"app": "coredns"}}}),
+            ),
+        );
+        let peer = &wall[1].spec.as_ref().unwrap().egress.as_ref().unwrap()[0]
+            .to
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(
+            serde_json::to_value(peer).unwrap(),
+            json!({
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "dns"}},
+                "podSelector": {"matchLabels": {"app": "coredns"}},
+            })
+        );
+    }
+
+    #[test]
+    fn a_stored_copy_of_the_wall_has_not_drifted() {
+        for policy in desired_wall("guarded", "team-a", &seed()) {
+            let mut stored = as_stored(&policy);
+            stored.metadata.resource_version = Some("42".into());
+            stored
+                .metadata
+                .labels
+                .as_mut()
+                .unwrap()
+                .insert("team".into(), "a".into());
+            stored.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
+            assert_eq!(drift(&policy, &stored), None);
+        }
+    }
+
+    #[rstest]
+    #[case::egress_slipped_into_deny_all(0, json!({"egress": [{}]}))]
+    #[case::ingress_slipped_into_deny_all(0, json!({"ingress": [{"from": [{"podSelector": {}}]}]}))]
+    #[case::pod_selector_narrowed(0, json!({"podSelector": {"matchLabels": {"app": "web"}}}))]
+    #[case::policy_types_reduced(0, json!({"policyTypes": ["Ingress"]}))]
+    #[case::dns_door_widened_to_any_port(1, json!({"egress": [{"to": [{"podSelector": {}}]}]}))]
+    #[case::dns_door_another_port(1, json!({"egress": [{"ports": [{"protocol": "UDP", "port": 5353}]}]}))]
+    fn any_spec_change_is_drift(#[case] index: usize, #[case] patch: Value) {
+        let desired = &desired_wall("guarded", "team-a", &seed())[index];
+        let mut actual = serde_json::to_value(as_stored(desired)).unwrap();
+        for (key, value) in patch.as_object().unwrap() {
+            actual["spec"][key] = value.clone();
+        }
+        let actual: NetworkPolicy = serde_json::from_value(actual).unwrap();
+        assert_eq!(drift(desired, &actual), Some(Drift::Spec));
+    }
+
+    #[rstest]
+    #[case(Some("other"))]
+    #[case(None)]
+    fn a_changed_or_missing_managed_label_is_drift(#[case] value: Option<&str>) {
+        let desired = &desired_wall("guarded", "team-a", &seed())[0];
+        let mut actual = as_stored(desired);
+        let labels = actual.metadata.labels.as_mut().unwrap();
+        match value {
+            Some(value) => labels.insert(BASELINE_LABEL.into(), value.into()),
+            None => labels.remove(BASELINE_LABEL),
+        };
+        assert_eq!(drift(desired, &actual), Some(Drift::Labels));
+    }
+
+    #[test]
+    fn a_converged_namespace_plans_no_change() {
+        let stored: Vec<_> = desired_wall("guarded", "ns", &seed())
+            .iter()
+            .map(as_stored)
+            .collect();
+        let existing: Vec<_> = stored.iter().collect();
+        assert!(plan_namespace(desired_wall("guarded", "ns", &seed()), &existing, true).is_empty());
+    }
+
+    #[test]
+    fn an_empty_namespace_plans_the_whole_wall() {
+        let changes = plan_namespace(desired_wall("guarded", "ns", &seed()), &[], true);
+        assert!(matches!(
+            changes.as_slice(),
+            [Change::Create(_), Change::Create(_)]
+        ));
+    }
+
+    #[test]
+    fn a_drifted_policy_is_repaired_whole() {
+        let mut stored: Vec<_> = desired_wall("guarded", "ns", &seed())
+            .iter()
+            .map(as_stored)
+            .collect();
+        stored[0].spec.as_mut().unwrap().egress = Some(vec![NetworkPolicyEgressRule::default()]);
+        let existing: Vec<_> = stored.iter().collect();
+        let changes = plan_namespace(desired_wall("guarded", "ns", &seed()), &existing, true);
+        assert_eq!(
+            changes,
+            vec![Change::Repair(
+                desired_wall("guarded", "ns", &seed())[0].clone(),
+                Drift::Spec
+            )]
+        );
+    }
+
+    #[rstest]
+    #[case::pruned(true, 1)]
+    #[case::kept(false, 0)]
+    fn policies_no_longer_wanted_go_only_when_pruning(#[case] prune: bool, #[case] deletes: usize) {
+        let stored: Vec<_> = desired_wall("guarded", "ns", &seed())
+            .iter()
+            .map(as_stored)
+            .collect();
+        let existing: Vec<_> = stored.iter().collect();
+        let no_dns = spec(json!({"namespaceLabel": "baseline=guarded", "allowDNS": false}));
+        let changes = plan_namespace(desired_wall("guarded", "ns", &no_dns), &existing, prune);
+        assert_eq!(changes.len(), deletes);
+        if prune {
+            assert_eq!(
+                changes[0],
+                Change::Delete {
+                    namespace: "ns".into(),
+                    name: "nsb-guarded-allow-dns".into()
+                }
+            );
+        }
+    }
+
+    #[rstest]
+    #[case::orphan(false, 0)]
+    #[case::delete(true, 2)]
+    fn a_namespace_leaving_the_baseline(#[case] prune: bool, #[case] deletes: usize) {
+        let stored: Vec<_> = desired_wall("guarded", "ns", &seed())
+            .iter()
+            .map(as_stored)
+            .collect();
+        let existing: Vec<_> = stored.iter().collect();
+        let changes = plan_namespace(Vec::new(), &existing, prune);
+        assert_eq!(changes.len(), deletes);
+        assert!(changes.iter().all(|c| matches!(c, Change::Delete { .. })));
+    }
+}
