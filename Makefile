@@ -1,0 +1,61 @@
+# Namespace Baseline: `make test` is the whole test suite (README.md, .ci/run).
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+CARGO ?= cargo
+WASM_TARGET := wasm32-wasip1
+POLICY_PACKAGE := namespace-baseline-policy
+POLICY_ARTIFACT := target/$(WASM_TARGET)/release/namespace_baseline_policy.wasm
+FIXTURES := e2e-tests/fixtures
+
+.PHONY: all
+all: policy.wasm
+
+.PHONY: wasm-target
+wasm-target:
+	@rustup target list --installed | grep -qx '$(WASM_TARGET)' || { \
+		echo ">> installing the Rust $(WASM_TARGET) target"; rustup target add $(WASM_TARGET); }
+
+# Cargo decides whether anything changed; never build the whole workspace for wasm.
+.PHONY: policy.wasm
+policy.wasm: wasm-target
+	@echo ">> building the policy for $(WASM_TARGET)"
+	$(CARGO) build -p $(POLICY_PACKAGE) --target $(WASM_TARGET) --release --locked
+	cp $(POLICY_ARTIFACT) policy.wasm
+	@echo ">> policy.wasm: $$(stat -c %s policy.wasm) bytes"
+
+annotated-policy.wasm: policy.wasm metadata.yml
+	@command -v kwctl >/dev/null || { echo "kwctl not found: install it from https://github.com/kubewarden/kwctl to annotate the policy" >&2; exit 1; }
+	kwctl annotate policy.wasm --metadata-path metadata.yml --output-path annotated-policy.wasm
+
+.PHONY: fmt
+fmt:
+	$(CARGO) fmt --all
+
+.PHONY: fmt-check
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+.PHONY: lint
+lint:
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+.PHONY: unit-tests
+unit-tests:
+	$(CARGO) test --workspace --locked
+
+# Every fixture through the built module in a real waPC host (wasmtime), then through
+# kwctl when it is installed.
+.PHONY: e2e-tests
+e2e-tests: policy.wasm
+	$(CARGO) run -p namespace-baseline-e2e --bin e2e-runner --locked -- --wasm policy.wasm --fixtures $(FIXTURES)
+	@if command -v bats >/dev/null; then POLICY_WASM=policy.wasm bats e2e-tests/kwctl.bats; \
+	else echo "!! bats not found: e2e-tests/kwctl.bats not run (install bats)"; fi
+
+.PHONY: test
+test: fmt-check lint unit-tests e2e-tests
+
+.PHONY: clean
+clean:
+	$(CARGO) clean
+	rm -f policy.wasm annotated-policy.wasm

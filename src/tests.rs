@@ -1,0 +1,157 @@
+//! The glue's own behaviour: payload parsing, the host capability and the response. The
+//! rules themselves are tested in the core; the e2e fixtures run the built module.
+
+use std::cell::Cell;
+
+use namespace_baseline_core::admission::{BaselineSource, LiveBaseline, Verdict};
+use rstest::rstest;
+use serde_json::{Value, json};
+
+use super::evaluate;
+
+/// Stands in for the policy-server's host capabilities, counting calls.
+struct FakeCluster {
+    answer: Result<Vec<LiveBaseline>, String>,
+    calls: Cell<usize>,
+}
+
+impl FakeCluster {
+    fn with(baselines: &[(&str, &str)]) -> Self {
+        let answer = baselines
+            .iter()
+            .map(|(name, label)| {
+                serde_json::from_value(
+                    json!({"metadata": {"name": name}, "spec": {"namespaceLabel": label}}),
+                )
+                .unwrap()
+            })
+            .collect();
+        Self {
+            answer: Ok(answer),
+            calls: Cell::new(0),
+        }
+    }
+
+    fn failing() -> Self {
+        Self {
+            answer: Err("connection refused".into()),
+            calls: Cell::new(0),
+        }
+    }
+}
+
+impl BaselineSource for FakeCluster {
+    fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
+        self.calls.set(self.calls.get() + 1);
+        self.answer.clone()
+    }
+}
+
+fn namespace(labels: Value) -> Value {
+    json!({"metadata": {"name": "team-a", "labels": labels}})
+}
+
+fn namespace_update(old: Value, new: Value) -> Value {
+    json!({
+        "uid": "1",
+        "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+        "operation": "UPDATE",
+        "userInfo": {"username": "bob", "groups": ["system:authenticated"]},
+        "object": namespace(new),
+        "oldObject": namespace(old),
+    })
+}
+
+fn run(settings: Value, request: Value, cluster: &FakeCluster) -> Result<Verdict, String> {
+    let payload = json!({"settings": settings, "request": request});
+    evaluate(payload.to_string().as_bytes(), cluster)
+}
+
+#[test]
+fn a_guarded_namespace_cannot_drop_its_label() {
+    let cluster = FakeCluster::with(&[]);
+    let verdict = run(
+        json!({"guardSelectors": ["baseline=guarded"]}),
+        namespace_update(json!({"baseline": "guarded"}), json!({})),
+        &cluster,
+    )
+    .unwrap();
+    assert!(matches!(verdict, Verdict::Deny(m) if m.contains("baseline=guarded")));
+    assert_eq!(cluster.calls.get(), 0, "settings mode never calls the host");
+}
+
+#[rstest]
+#[case::live_baseline_guards(&[("guarded", "baseline=guarded")], false)]
+#[case::no_live_baseline(&[], true)]
+#[case::invalid_live_label_guards_nothing(&[("broken", "baseline!=open")], true)]
+fn context_aware_guards_come_from_the_cluster(
+    #[case] baselines: &[(&str, &str)],
+    #[case] allowed: bool,
+) {
+    let cluster = FakeCluster::with(baselines);
+    let verdict = run(
+        json!({"contextAware": true}),
+        namespace_update(json!({"baseline": "guarded"}), json!({"baseline": "open"})),
+        &cluster,
+    )
+    .unwrap();
+    assert_eq!(verdict.is_allowed(), allowed, "{verdict:?}");
+    assert_eq!(cluster.calls.get(), 1);
+}
+
+#[test]
+fn the_host_is_not_asked_when_labels_did_not_change() {
+    let cluster = FakeCluster::failing();
+    let labels = json!({"baseline": "guarded"});
+    let verdict = run(
+        json!({"contextAware": true}),
+        namespace_update(labels.clone(), labels),
+        &cluster,
+    )
+    .unwrap();
+    assert_eq!(verdict, Verdict::Allow);
+    assert_eq!(cluster.calls.get(), 0);
+}
+
+#[test]
+fn a_failing_host_fails_closed_for_label_changes() {
+    let cluster = FakeCluster::failing();
+    let verdict = run(
+        json!({"contextAware": true}),
+        namespace_update(json!({"baseline": "guarded"}), json!({})),
+        &cluster,
+    )
+    .unwrap();
+    assert!(matches!(verdict, Verdict::Deny(m) if m.contains("connection refused")));
+}
+
+#[rstest]
+#[case::not_json(b"\xff\x00garbage".as_slice())]
+#[case::settings_of_the_wrong_shape(br#"{"settings": {"guardSelectors": "baseline"}, "request": {}}"#.as_slice())]
+#[case::unknown_setting(br#"{"settings": {"guards": []}, "request": {}}"#.as_slice())]
+fn unreadable_payloads_are_errors(#[case] payload: &[u8]) {
+    let error = evaluate(payload, &FakeCluster::with(&[])).unwrap_err();
+    assert!(
+        error.starts_with("cannot read the validation payload"),
+        "{error}"
+    );
+}
+
+#[rstest]
+#[case::no_request(json!(null))]
+#[case::request_is_a_number(json!(5))]
+#[case::labels_are_a_list(json!({
+    "kind": {"group": "", "kind": "Namespace"},
+    "operation": "UPDATE",
+    "object": {"metadata": {"labels": ["baseline"]}},
+    "oldObject": {"metadata": {"labels": {"baseline": "guarded"}}},
+}))]
+#[case::username_is_a_number(json!({"userInfo": {"username": 7}}))]
+fn unreadable_requests_are_allowed(#[case] request: Value) {
+    let verdict = run(
+        json!({"guardSelectors": ["baseline"]}),
+        request,
+        &FakeCluster::with(&[]),
+    );
+    assert_eq!(verdict, Ok(Verdict::Allow));
+}
