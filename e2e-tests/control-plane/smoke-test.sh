@@ -100,7 +100,10 @@ check "configmap survives the apiserver restart" test "$(body_of "$r" | jq -r .d
 # stop
 trap - EXIT
 "$HERE/stop.sh" "$STATE_DIR"
-check "stop.sh ended both processes" bash -c '! kill -0 "$1" 2>/dev/null && ! kill -0 "$2" 2>/dev/null' _ "$NSB_APISERVER_PID" "$NSB_ETCD_PID"
+# gone = no such PID, or a zombie waiting for whichever ancestor adopted it to reap it
+gone() { local s; s="$(ps -o stat= -p "$1" 2>/dev/null)"; [[ -z "$s" || "$s" == Z* ]]; }
+both_gone() { gone "$NSB_APISERVER_PID" && gone "$NSB_ETCD_PID"; }
+check "stop.sh ended both processes" both_gone
 check "stop.sh removed the state dir" test ! -e "$STATE_DIR"
 
 summary

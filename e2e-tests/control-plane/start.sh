@@ -29,7 +29,7 @@ else
   fi
 fi
 [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/etcd" ]] || nsb_die "no kube-apiserver/etcd in $BIN_DIR"
-K8S_VERSION="$(basename "$BIN_DIR")"
+K8S_VERSION="$("$BIN_DIR/kube-apiserver" --version | awk '{print $2}')"
 
 # --- state dir ------------------------------------------------------------------
 if [[ $# -ge 1 && -n "$1" ]]; then
@@ -56,7 +56,8 @@ trap cleanup_on_failure EXIT
 
 # --- certificates, keys, tokens, audit policy -------------------------------------
 cd "$STATE_DIR"
-mkdir -p certs etcd
+mkdir -p certs
+mkdir -m 700 etcd
 (
   umask 077
   ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
@@ -98,6 +99,8 @@ rules:
 EOF
 
 # --- etcd -----------------------------------------------------------------------
+# Single member, no fsync (test data only). Short heartbeat/election timeouts: a fresh
+# single-node etcd elects itself after ~1 election tick, 1 s with the defaults, ~0.1 s here.
 start_etcd() {
   local ports client peer
   mapfile -t ports < <(nsb_pick_ports 2)
@@ -114,6 +117,8 @@ start_etcd() {
     --initial-cluster="nsb=http://127.0.0.1:$peer" \
     --initial-cluster-state=new \
     --unsafe-no-fsync \
+    --heartbeat-interval=25 \
+    --election-timeout=250 \
     --log-level=warn \
     ${NSB_ETCD_EXTRA_ARGS:-}
   nsb_launch etcd "$STATE_DIR"
@@ -132,7 +137,7 @@ for attempt in 1 2 3 4 5; do
   [[ $rc == 0 ]] && break
   if [[ $rc == 2 ]] && grep -q 'address already in use' etcd.log && [[ $attempt -lt 5 ]]; then
     nsb_log "etcd port was taken, retrying with other ports"
-    rm -rf etcd && mkdir etcd && : >etcd.log
+    rm -rf etcd && mkdir -m 700 etcd && : >etcd.log
     continue
   fi
   nsb_tail_log etcd.log
@@ -141,6 +146,10 @@ done
 nsb_log "etcd ready at $NSB_ETCD_URL ($(nsb_elapsed "$T0"))"
 
 # --- kube-apiserver ---------------------------------------------------------------
+# Default admission plugins stay enabled (ServiceAccount/TokenRequest work without a
+# controller-manager once the ServiceAccount object exists). --endpoint-reconciler-type=none:
+# 127.0.0.1 is not a valid Endpoints address, the default "lease" reconciler would log an
+# error every 10 s. --enable-priority-and-fairness=false: fewer moving parts, no APF objects.
 write_apiserver_script() {
   local port=$1
   # shellcheck disable=SC2086
@@ -167,6 +176,7 @@ write_apiserver_script() {
     --audit-log-format=json \
     --audit-log-mode=blocking \
     --profiling=false \
+    --endpoint-reconciler-type=none \
     ${NSB_APISERVER_EXTRA_ARGS:-}
 }
 
