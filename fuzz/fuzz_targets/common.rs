@@ -1,0 +1,58 @@
+//! Shared by the fuzz targets: a host stand-in and the invariants every verdict keeps.
+
+use namespace_baseline_core::admission::{
+    AdmissionRequest, BaselineSource, CONTROL_PLANE_USERS, LiveBaseline, Verdict,
+};
+use namespace_baseline_core::identity::reconciler_username;
+
+/// Answers the context-aware lookup with two baselines, or an error.
+pub struct Host {
+    pub fail: bool,
+}
+
+impl BaselineSource for Host {
+    fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
+        if self.fail {
+            return Err("injected host failure".into());
+        }
+        Ok(["baseline=guarded", "tier"]
+            .iter()
+            .enumerate()
+            .map(|(i, label)| LiveBaseline {
+                metadata: namespace_baseline_core::admission::LiveBaselineMetadata {
+                    name: format!("b{i}"),
+                },
+                spec: namespace_baseline_core::admission::LiveBaselineSpec {
+                    namespace_label: (*label).into(),
+                    mode: Default::default(),
+                },
+            })
+            .collect())
+    }
+}
+
+/// Properties that hold for every request, whatever its content.
+pub fn check_invariants(payload: &[u8], verdict: &Result<Verdict, String>) {
+    let Ok(verdict) = verdict else { return };
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(payload) else { return };
+    let Ok(request) = serde_json::from_value::<AdmissionRequest>(value["request"].clone()) else {
+        assert_eq!(*verdict, Verdict::Allow, "an unreadable request must be allowed");
+        return;
+    };
+    let user = request.user_info.username.as_str();
+    let default_settings = value["settings"].get("reconcilerUsername").is_none();
+    if CONTROL_PLANE_USERS.contains(&user) || (default_settings && user == reconciler_username()) {
+        assert_eq!(*verdict, Verdict::Allow, "exempt identity {user} was denied");
+    }
+    if !request.is_network_policy() && !request.is_namespace() {
+        assert_eq!(*verdict, Verdict::Allow, "a kind the policy does not guard was denied");
+    }
+    if request.is_namespace() {
+        let labels = |o: &Option<namespace_baseline_core::admission::ObjectView>| {
+            o.as_ref().map(|o| o.metadata.labels.clone())
+        };
+        if labels(&request.object) == labels(&request.old_object) {
+            assert_eq!(*verdict, Verdict::Allow, "a namespace update keeping its labels was denied");
+        }
+    }
+}
