@@ -5,6 +5,7 @@
 mod baselines;
 pub mod settings;
 
+use kubewarden_policy_sdk::settings::{SettingsValidationResponse, Validatable};
 use kubewarden_policy_sdk::wapc_guest as guest;
 use kubewarden_policy_sdk::{accept_request, protocol_version_guest, reject_request};
 use namespace_baseline_core::admission::{self, AdmissionRequest, BaselineSource, Verdict};
@@ -23,8 +24,27 @@ pub extern "C" fn wapc_init() {
     register_function("protocol_version", protocol_version_guest);
 }
 
-fn validate_settings(payload: &[u8]) -> CallResult {
-    kubewarden_policy_sdk::validate_settings::<Settings>(payload)
+/// Answers whether the settings can work. Settings that cannot even be read (an unknown
+/// field, a wrong type) are invalid with the reader's message, like any other mistake,
+/// rather than a guest error the policy-server would wrap beyond recognition.
+pub fn validate_settings(payload: &[u8]) -> CallResult {
+    let response = match serde_json::from_slice::<Settings>(payload) {
+        Ok(settings) => match settings.validate() {
+            Ok(()) => SettingsValidationResponse {
+                valid: true,
+                message: None,
+            },
+            Err(message) => SettingsValidationResponse {
+                valid: false,
+                message: Some(message),
+            },
+        },
+        Err(error) => SettingsValidationResponse {
+            valid: false,
+            message: Some(format!("the settings cannot be read: {error}")),
+        },
+    };
+    Ok(serde_json::to_vec(&response)?)
 }
 
 /// What the policy-server sends to `validate`. The request is kept raw so that it can be

@@ -27,21 +27,20 @@ impl Deref for Settings {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+
     use kubewarden_policy_sdk::settings::SettingsValidationResponse;
     use rstest::rstest;
 
-    fn validate_settings(payload: &str) -> Result<SettingsValidationResponse, String> {
-        let raw = kubewarden_policy_sdk::validate_settings::<Settings>(payload.as_bytes())
-            .map_err(|e| e.to_string())?;
-        serde_json::from_slice(&raw).map_err(|e| e.to_string())
+    fn validate_settings(payload: &str) -> SettingsValidationResponse {
+        let raw = crate::validate_settings(payload.as_bytes()).expect("always an answer");
+        serde_json::from_slice(&raw).expect("a SettingsValidationResponse")
     }
 
     #[rstest]
     #[case(r#"{"guardSelectors": ["baseline=guarded"]}"#)]
     #[case(r#"{"contextAware": true}"#)]
     fn accepts_valid_settings(#[case] payload: &str) {
-        let response = validate_settings(payload).unwrap();
+        let response = validate_settings(payload);
         assert!(response.valid, "{:?}", response.message);
     }
 
@@ -52,14 +51,23 @@ mod tests {
         "'!=' is not supported"
     )]
     fn refuses_settings_that_cannot_work(#[case] payload: &str, #[case] message: &str) {
-        let response = validate_settings(payload).unwrap();
+        let response = validate_settings(payload);
         assert!(!response.valid);
-        assert!(response.message.unwrap().contains(message));
+        let text = response.message.unwrap();
+        assert!(text.contains(message), "{text}");
     }
 
-    #[test]
-    fn unknown_fields_are_errors_not_ignored() {
-        let error = validate_settings(r#"{"guardSelector": ["baseline=guarded"]}"#).unwrap_err();
-        assert!(error.contains("unknown field `guardSelector`"), "{error}");
+    #[rstest]
+    #[case::unknown_field(
+        r#"{"guardSelector": ["baseline=guarded"]}"#,
+        "unknown field `guardSelector`"
+    )]
+    #[case::wrong_type(r#"{"contextAware": "yes"}"#, "invalid type")]
+    #[case::not_json("guardSelectors: [a]", "the settings cannot be read")]
+    fn unreadable_settings_are_invalid_not_ignored(#[case] payload: &str, #[case] message: &str) {
+        let response = validate_settings(payload);
+        assert!(!response.valid);
+        let text = response.message.unwrap();
+        assert!(text.contains(message), "{text}");
     }
 }

@@ -26,6 +26,7 @@ pub const NAMESPACE_LABEL_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a
         plural = "namespacebaselines",
         shortname = "nsb",
         status = "NamespaceBaselineStatus",
+        doc = "Puts every namespace carrying a label behind a default-deny network wall.",
         printcolumn = r#"{"name":"Label","type":"string","jsonPath":".spec.namespaceLabel"}"#,
         printcolumn = r#"{"name":"Namespaces","type":"integer","jsonPath":".status.namespaces"}"#,
         printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode","priority":1}"#,
@@ -115,8 +116,12 @@ pub enum Mode {
 }
 
 /// What the reconciler reports. Written only through the status subresource.
+///
+/// Unknown fields are preserved, as in the seed schema, so a status written by an older or
+/// newer reconciler is never pruned.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "crd", schemars(extend("x-kubernetes-preserve-unknown-fields" = true)))]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceBaselineStatus {
     /// The `metadata.generation` this status describes.
@@ -124,12 +129,15 @@ pub struct NamespaceBaselineStatus {
     pub observed_generation: Option<i64>,
     /// Namespaces matched by `namespaceLabel`.
     #[serde(default)]
+    #[cfg_attr(feature = "crd", schemars(extend("format" = "int32")))]
     pub namespaces: u32,
     /// Writes made by the last reconcile (0 when the wall was already in place).
     #[serde(default)]
+    #[cfg_attr(feature = "crd", schemars(extend("format" = "int32")))]
     pub objects_applied: u32,
     /// Managed NetworkPolicies that differ from the wall (in `Audit` mode, left as found).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "crd", schemars(extend("format" = "int32")))]
     pub drifted: Option<u32>,
     /// `Ready` and `Degraded`, in the metav1.Condition shape.
     #[serde(default)]

@@ -1,0 +1,240 @@
+#!/usr/bin/env bats
+# Runs the fixtures of e2e-tests/fixtures through `kwctl run`, the way a policy author checks
+# a policy before publishing it. The same fixtures run in the e2e-runner (a waPC host built
+# like the policy-server); this file checks that kwctl reaches the same verdicts.
+#
+#   bats e2e-tests/kwctl.bats                    # from the repository root
+#   POLICY_WASM=path/to/policy.wasm bats e2e-tests/kwctl.bats
+#
+# One test per decision family (bats cannot generate tests); each loops over the fixtures
+# whose file name starts with the family's prefix and reports every mismatch before failing.
+# Without kwctl on PATH every test is skipped.
+
+FAMILIES=(policy-delete policy-update policy-create namespace exempt not-exempt odd dry-run ca settings)
+
+# The field masks the policy sends with list_resources_all (src/baselines.rs), sorted as the
+# SDK's BTreeSet serializes them. A replayed exchange must name the request exactly.
+NSB_FIELD_MASKS="${NSB_FIELD_MASKS:-metadata.name spec.mode spec.namespaceLabel}"
+
+setup_file() {
+	E2E_DIR="$(cd "$(dirname "$BATS_TEST_FILENAME")" && pwd)"
+	export E2E_DIR
+	export FIXTURES_DIR="${FIXTURES_DIR:-$E2E_DIR/fixtures}"
+	if [ -z "${POLICY_WASM:-}" ]; then
+		# The annotated module carries metadata.yml (contextAwareResources), which
+		# --allow-context-aware needs; the plain module is enough for everything else.
+		if [ -f annotated-policy.wasm ]; then
+			POLICY_WASM=annotated-policy.wasm
+		else
+			POLICY_WASM=policy.wasm
+		fi
+	fi
+	export POLICY_WASM
+	# kwctl grants a policy only the contextAwareResources of its metadata, which only the
+	# annotated module carries: the context-aware fixtures run against that one.
+	export ANNOTATED_WASM="${ANNOTATED_WASM:-annotated-policy.wasm}"
+}
+
+setup() {
+	if ! command -v kwctl >/dev/null 2>&1; then
+		skip "kwctl not found"
+	fi
+	if ! command -v jq >/dev/null 2>&1; then
+		skip "jq not found"
+	fi
+	if [ ! -f "$POLICY_WASM" ]; then
+		echo "policy module $POLICY_WASM not found: run make (or set POLICY_WASM)" >&2
+		return 1
+	fi
+}
+
+# The replay session answering the policy's list_resources_all calls from the fixture's
+# baselines. The file is YAML in flow (JSON) style; the request is the YAML form of
+# policy-evaluator's CallbackRequestType, tag and all, as `--record-host-capabilities-interactions`
+# writes it.
+write_session() {
+	local fixture="$1" session="$2" request masks
+	masks="$(printf -- '- %s\n' $NSB_FIELD_MASKS)"
+	request="$(printf '!KubernetesListResourceAll\napi_version: hedronite.io/v1alpha1\nkind: NamespaceBaseline\nlabel_selector: null\nfield_selector: null\nfield_masks:\n%s\n' "$masks")"
+	jq --arg request "$request" '
+		(.expect.hostCalls // 1) as $calls
+		| {apiVersion: "hedronite.io/v1alpha1", kind: "NamespaceBaselineList",
+		   metadata: {resourceVersion: "424242"}, items: (.baselines // [])} as $list
+		| [range($calls) | {type: "Exchange", request: ($request + "\n"),
+		                    response: {type: "Success", payload: ($list | tojson)}}]
+	' "$fixture" >"$session"
+}
+
+# Checks one fixture; prints why on a mismatch. Returns 0 (pass), 1 (fail) or 3 (skipped,
+# reason printed).
+check_fixture() {
+	local fixture="$1" name work settings request session out err status
+	name="$(basename "$fixture" .json)"
+	work="$BATS_TEST_TMPDIR/$name"
+	mkdir -p "$work"
+	settings="$work/settings.json"
+	request="$work/request.json"
+	out="$work/stdout"
+	err="$work/stderr"
+
+	jq '.settings // {}' "$fixture" >"$settings"
+	# Settings-only fixtures carry no request; kwctl still wants one to run.
+	jq '{apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview",
+	     request: (.request // {uid: "settings-check",
+	                            kind: {group: "", version: "v1", kind: "Namespace"},
+	                            resource: {group: "", version: "v1", resource: "namespaces"},
+	                            operation: "UPDATE", name: "x", namespace: "x",
+	                            userInfo: {username: "settings-check"}})}' "$fixture" >"$request"
+
+	if [ "$(jq -r '.request | (type == "object" and has("uid") and has("kind"))' "$fixture")" != "true" ] &&
+		[ "$(jq -r '.expect.settingsValid // true' "$fixture")" = "true" ]; then
+		echo "skip $name: kwctl refuses a request without uid/kind before the policy runs (the e2e-runner covers it)"
+		return 3
+	fi
+
+	local wasm="$POLICY_WASM"
+	local args=(run --settings-path "$settings" --request-path "$request")
+	if [ "$(jq -r '.settings.contextAware // false' "$fixture")" = "true" ]; then
+		if [ ! -f "$ANNOTATED_WASM" ]; then
+			echo "skip $name: context-aware fixtures need $ANNOTATED_WASM (make annotated-policy.wasm): kwctl only grants the contextAwareResources of metadata.yml"
+			return 3
+		fi
+		wasm="$ANNOTATED_WASM"
+		# A fixture expecting no host call gets an empty session, whatever hostError says.
+		if [ "$(jq -r 'has("hostError") and (.expect.hostCalls // 1) > 0' "$fixture")" = "true" ]; then
+			echo "skip $name: the replay-session form of a failing host capability is not confirmed for this kwctl (the e2e-runner covers it)"
+			return 3
+		fi
+		session="$work/session.yml"
+		write_session "$fixture" "$session"
+		args+=(--allow-context-aware --replay-host-capabilities-interactions "$session")
+	fi
+
+	status=0
+	kwctl "${args[@]}" "$wasm" >"$out" 2>"$err" || status=$?
+
+	local want_contains
+	want_contains="$(jq -r '.expect.messageContains // empty' "$fixture")"
+
+	if [ "$(jq -r '.expect.settingsValid // true' "$fixture")" = "false" ]; then
+		if [ "$status" -eq 0 ]; then
+			echo "FAIL $name: settings accepted, expected refused"
+			return 1
+		fi
+		if [ -n "$want_contains" ] && ! grep -qF -- "$want_contains" "$out" "$err"; then
+			echo "FAIL $name: settings refused without \"$want_contains\": $(cat "$err" "$out")"
+			return 1
+		fi
+		return 0
+	fi
+
+	if [ "$status" -ne 0 ]; then
+		echo "FAIL $name: kwctl exited $status: $(tail -n 5 "$err")"
+		return 1
+	fi
+	# kwctl prints the AdmissionResponse (older releases wrap it in an AdmissionReview).
+	local response allowed message want_allowed
+	response="$(grep '^{' "$out" | tail -n 1)"
+	allowed="$(jq -r '(.response // .) | .allowed' <<<"$response")"
+	message="$(jq -r '(.response // .) | .status.message // .message // empty' <<<"$response")"
+	want_allowed="$(jq -r '.expect.allowed' "$fixture")"
+	if [ "$allowed" != "$want_allowed" ]; then
+		echo "FAIL $name: allowed=$allowed, expected $want_allowed (message: $message)"
+		return 1
+	fi
+	if [ -n "$want_contains" ] && [[ "$message" != *"$want_contains"* ]]; then
+		echo "FAIL $name: message \"$message\" does not contain \"$want_contains\""
+		return 1
+	fi
+	if [ -z "$want_contains" ] && [ "$allowed" = "true" ] && [ -n "$message" ]; then
+		echo "FAIL $name: an accepted request carries a message: $message"
+		return 1
+	fi
+	return 0
+}
+
+# Runs every fixture of a family; fails listing each mismatch.
+run_family() {
+	local prefix="$1" fixture line rc passed=0 failed=0 skipped=0
+	local -a report=()
+	shopt -s nullglob
+	local -a files=("$FIXTURES_DIR/$prefix"-*.json)
+	shopt -u nullglob
+	if [ "${#files[@]}" -eq 0 ]; then
+		echo "no fixture named $prefix-*.json in $FIXTURES_DIR"
+		return 1
+	fi
+	for fixture in "${files[@]}"; do
+		rc=0
+		line="$(check_fixture "$fixture")" || rc=$?
+		report+=("$line")
+		case "$rc" in
+		0) passed=$((passed + 1)) ;;
+		3) skipped=$((skipped + 1)) ;;
+		*) failed=$((failed + 1)) ;;
+		esac
+	done
+	printf '%s\n' "${report[@]}" | sed '/^$/d'
+	echo "$prefix: $passed passed, $failed failed, $skipped skipped"
+	if [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
+		skip "every $prefix fixture was skipped: ${report[0]#skip }"
+	fi
+	[ "$failed" -eq 0 ]
+}
+
+@test "every fixture belongs to a family" {
+	local fixture name family found
+	local -a orphans=()
+	for fixture in "$FIXTURES_DIR"/*.json; do
+		name="$(basename "$fixture")"
+		found=no
+		for family in "${FAMILIES[@]}"; do
+			case "$name" in "$family"-*) found=yes ;; esac
+		done
+		[ "$found" = yes ] || orphans+=("$name")
+	done
+	if [ "${#orphans[@]}" -ne 0 ]; then
+		echo "fixtures no family test runs: ${orphans[*]}"
+		return 1
+	fi
+}
+
+@test "DELETE of managed NetworkPolicies (policy-delete-*)" {
+	run_family policy-delete
+}
+
+@test "UPDATE of managed and unmanaged NetworkPolicies (policy-update-*)" {
+	run_family policy-update
+}
+
+@test "CREATE of NetworkPolicies claiming management (policy-create-*)" {
+	run_family policy-create
+}
+
+@test "Namespace label changes against settings guards (namespace-*)" {
+	run_family namespace
+}
+
+@test "exempt identities (exempt-*)" {
+	run_family exempt
+}
+
+@test "identities that are not exempt (not-exempt-*)" {
+	run_family not-exempt
+}
+
+@test "malformed and unguarded requests are allowed (odd-*)" {
+	run_family odd
+}
+
+@test "dry-run requests get the real verdict (dry-run-*)" {
+	run_family dry-run
+}
+
+@test "context-aware mode with replayed NamespaceBaselines (ca-*)" {
+	run_family ca
+}
+
+@test "settings validation (settings-*)" {
+	run_family settings
+}

@@ -1,0 +1,749 @@
+//! A waPC host for the Namespace Baseline admission policy, built like Kubewarden's
+//! policy-server builds its own: `wapc` over `wasmtime-provider`, WASI enabled (the policy is
+//! a `wasm32-wasip1` module), epoch interruption as the evaluation deadline, and a host
+//! callback that answers the Kubernetes host capabilities.
+//!
+//! The module is compiled once per [`PolicyHost`] and one instance is reused across
+//! evaluations, as the policy-server does. What the "cluster" answers is set per evaluation
+//! ([`Cluster`]); every host call the policy makes is recorded and returned with the response
+//! ([`Evaluation`]), so a caller can assert how the policy reached the API server. After a
+//! failed guest call (a trap, a deadline) the instance is replaced by a fresh one from the
+//! already-compiled module, so one bad request cannot poison the next.
+//!
+//! [`fixture`] holds the fixture format and the checks the `e2e-runner` binary applies.
+
+pub mod fixture;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use wapc::{WapcHost, WasiParams};
+use wasmtime_provider::wasmtime;
+use wasmtime_provider::{EpochDeadlines, WasmtimeEngineProviderBuilder, WasmtimeEngineProviderPre};
+
+/// The custom resource the policy reads in context-aware mode.
+pub const BASELINE_API_VERSION: &str = "hedronite.io/v1alpha1";
+pub const BASELINE_KIND: &str = "NamespaceBaseline";
+pub const BASELINE_LIST_KIND: &str = "NamespaceBaselineList";
+
+/// The guest functions of a Kubewarden policy.
+pub const VALIDATE: &str = "validate";
+pub const VALIDATE_SETTINGS: &str = "validate_settings";
+pub const PROTOCOL_VERSION: &str = "protocol_version";
+
+/// The policy-server's default evaluation timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the epoch advances: the deadline's resolution.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Everything that can go wrong while hosting the policy. A trap or a deadline inside the
+/// guest is a [`Error::GuestCall`]: for the policy-server it would reject the request.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot configure the wasmtime engine")]
+    Engine(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot compile the policy module")]
+    Compile(#[source] wasmtime_provider::errors::Error),
+    #[error("cannot instantiate the policy module (wapc_init)")]
+    Instantiate(#[source] wapc::errors::Error),
+    #[error("guest call {operation:?} failed")]
+    GuestCall {
+        operation: String,
+        #[source]
+        source: wapc::errors::Error,
+    },
+    #[error("cannot encode the payload of guest call {operation:?}")]
+    Payload {
+        operation: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("guest call {operation:?} answered something that is not its response: {raw}")]
+    Response {
+        operation: String,
+        raw: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The message of a guest call that failed, trap or not.
+    pub fn guest_message(&self) -> Option<&str> {
+        match self {
+            Self::GuestCall {
+                source: wapc::errors::Error::GuestCallFailure(message),
+                ..
+            } => Some(message),
+            _ => None,
+        }
+    }
+
+    /// Whether a guest call died (a wasm trap, a panic compiled to `unreachable`, the
+    /// deadline) rather than returned an error of its own through waPC. Both reach the host
+    /// on the same channel; wasmtime's trap messages tell them apart.
+    pub fn is_trap(&self) -> bool {
+        self.guest_message().is_some_and(looks_like_trap)
+    }
+
+    /// The error the guest returned on purpose (`CallResult::Err`), if that is what this is.
+    pub fn guest_error(&self) -> Option<&str> {
+        self.guest_message()
+            .filter(|message| !looks_like_trap(message))
+    }
+}
+
+fn looks_like_trap(message: &str) -> bool {
+    [
+        "wasm trap",
+        "wasm backtrace",
+        "execution deadline exceeded",
+        "unreachable",
+    ]
+    .iter()
+    .any(|marker| message.contains(marker))
+}
+
+/// A Kubewarden `ValidationResponse`, as the policy returns it from `validate`.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+pub struct ValidationResponse {
+    pub accepted: bool,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub code: Option<u16>,
+    /// A validating policy must never set it: the policy-server would refuse the response.
+    #[serde(default)]
+    pub mutated_object: Option<Value>,
+    #[serde(default)]
+    pub warnings: Option<Vec<String>>,
+}
+
+/// A Kubewarden `SettingsValidationResponse`, as the policy returns it from
+/// `validate_settings`.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+pub struct SettingsResponse {
+    pub valid: bool,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// What the host capabilities answer during one evaluation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cluster {
+    /// The `NamespaceBaseline` objects `list_resources_all` returns.
+    pub baselines: Vec<Value>,
+    /// When set, every Kubernetes host capability fails with this message.
+    pub host_error: Option<String>,
+}
+
+impl Cluster {
+    pub fn with_baselines(baselines: Vec<Value>) -> Self {
+        Self {
+            baselines,
+            host_error: None,
+        }
+    }
+}
+
+/// One host call the guest made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostCall {
+    pub binding: String,
+    pub namespace: String,
+    pub operation: String,
+    /// The payload, as JSON when it parses, else as a (lossy) string.
+    pub payload: Value,
+    pub outcome: CallOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallOutcome {
+    /// Answered from the [`Cluster`].
+    Answered,
+    /// Failed as the [`Cluster`] asked (`host_error`).
+    Failed(String),
+    /// Not a call this policy has any reason to make; failed, and a test failure.
+    Unexpected(String),
+}
+
+impl HostCall {
+    /// Logging through `kubewarden/tracing/log` is not a read of the cluster.
+    pub fn is_log(&self) -> bool {
+        (
+            self.binding.as_str(),
+            self.namespace.as_str(),
+            self.operation.as_str(),
+        ) == ("kubewarden", "tracing", "log")
+    }
+
+    pub fn is_unexpected(&self) -> bool {
+        matches!(self.outcome, CallOutcome::Unexpected(_))
+    }
+}
+
+impl fmt::Display for HostCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{} {}",
+            self.binding, self.namespace, self.operation, self.payload
+        )?;
+        match &self.outcome {
+            CallOutcome::Answered => Ok(()),
+            CallOutcome::Failed(message) => write!(f, " -> error {message:?}"),
+            CallOutcome::Unexpected(message) => write!(f, " -> {message}"),
+        }
+    }
+}
+
+/// A guest response and the host calls made while computing it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation<T> {
+    pub response: T,
+    pub host_calls: Vec<HostCall>,
+    pub elapsed: Duration,
+}
+
+impl<T> Evaluation<T> {
+    /// The calls that read the cluster (every call but logging).
+    pub fn capability_calls(&self) -> impl Iterator<Item = &HostCall> {
+        self.host_calls.iter().filter(|call| !call.is_log())
+    }
+
+    pub fn unexpected_calls(&self) -> impl Iterator<Item = &HostCall> {
+        self.host_calls.iter().filter(|call| call.is_unexpected())
+    }
+}
+
+#[derive(Debug, Default)]
+struct HostState {
+    cluster: Cluster,
+    calls: Vec<HostCall>,
+}
+
+fn lock(state: &Mutex<HostState>) -> MutexGuard<'_, HostState> {
+    // A panic while holding the lock cannot leave the state half-written in a way that
+    // matters here: every evaluation starts by resetting it.
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+type CallbackResult = std::result::Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The host side of every waPC host call: answers from the current [`Cluster`], records.
+fn host_callback(
+    state: &Mutex<HostState>,
+    binding: &str,
+    namespace: &str,
+    operation: &str,
+    payload: &[u8],
+) -> CallbackResult {
+    let parsed = serde_json::from_slice::<Value>(payload)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(payload).into_owned()));
+    let mut state = lock(state);
+    let (outcome, answer) = match (binding, namespace, operation) {
+        ("kubewarden", "tracing", "log") => (CallOutcome::Answered, Ok(Vec::new())),
+        ("kubewarden", "kubernetes", "list_resources_all") => {
+            match list_baselines(&state.cluster, &parsed) {
+                Ok(body) => (CallOutcome::Answered, Ok(body)),
+                Err(Refusal::Failed(message)) => {
+                    (CallOutcome::Failed(message.clone()), Err(message))
+                }
+                Err(Refusal::Unexpected(message)) => {
+                    (CallOutcome::Unexpected(message.clone()), Err(message))
+                }
+            }
+        }
+        _ => {
+            let message = format!("unexpected host call {binding}/{namespace}/{operation}");
+            (CallOutcome::Unexpected(message.clone()), Err(message))
+        }
+    };
+    state.calls.push(HostCall {
+        binding: binding.to_owned(),
+        namespace: namespace.to_owned(),
+        operation: operation.to_owned(),
+        payload: parsed,
+        outcome,
+    });
+    answer.map_err(Into::into)
+}
+
+enum Refusal {
+    Failed(String),
+    Unexpected(String),
+}
+
+/// `list_resources_all` for `NamespaceBaseline`: a Kubernetes List of the cluster's
+/// baselines, pruned to the requested field masks as the policy-server does.
+fn list_baselines(cluster: &Cluster, request: &Value) -> std::result::Result<Vec<u8>, Refusal> {
+    let field = |name: &str| request.get(name).unwrap_or(&Value::Null);
+    if field("api_version") != BASELINE_API_VERSION || field("kind") != BASELINE_KIND {
+        return Err(Refusal::Unexpected(format!(
+            "unexpected host call kubewarden/kubernetes/list_resources_all for {request}: only {BASELINE_API_VERSION} {BASELINE_KIND} is expected"
+        )));
+    }
+    for selector in ["label_selector", "field_selector"] {
+        if !field(selector).is_null() {
+            return Err(Refusal::Unexpected(format!(
+                "unexpected host call kubewarden/kubernetes/list_resources_all with {selector} {}: the e2e host does not filter",
+                field(selector)
+            )));
+        }
+    }
+    if let Some(message) = &cluster.host_error {
+        return Err(Refusal::Failed(message.clone()));
+    }
+    let masks: Option<BTreeSet<String>> = match field("field_masks") {
+        Value::Null => None,
+        Value::Array(items) if items.is_empty() => None,
+        Value::Array(items) => Some(
+            items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_owned))
+                .collect(),
+        ),
+        other => {
+            return Err(Refusal::Unexpected(format!(
+                "unexpected host call kubewarden/kubernetes/list_resources_all: field_masks {other} is not a list"
+            )));
+        }
+    };
+    let items: Vec<Value> = cluster
+        .baselines
+        .iter()
+        .map(|item| match &masks {
+            Some(masks) => prune(item, masks),
+            None => item.clone(),
+        })
+        .collect();
+    let list = json!({
+        "apiVersion": BASELINE_API_VERSION,
+        "kind": BASELINE_LIST_KIND,
+        "metadata": {"resourceVersion": "424242"},
+        "items": items,
+    });
+    serde_json::to_vec(&list).map_err(|error| Refusal::Failed(error.to_string()))
+}
+
+/// Keeps `apiVersion`, `kind` and the dotted paths in `masks` (a path through a list applies
+/// to every element), as Kubewarden's field masks do.
+fn prune(object: &Value, masks: &BTreeSet<String>) -> Value {
+    let mut kept = Map::new();
+    if let Value::Object(map) = object {
+        for key in ["apiVersion", "kind"] {
+            if let Some(value) = map.get(key) {
+                kept.insert(key.to_owned(), value.clone());
+            }
+        }
+    }
+    let mut out = Value::Object(kept);
+    for mask in masks {
+        let path: Vec<&str> = mask.split('.').collect();
+        copy_path(object, &mut out, &path);
+    }
+    out
+}
+
+fn copy_path(from: &Value, to: &mut Value, path: &[&str]) {
+    let Some((first, rest)) = path.split_first() else {
+        *to = from.clone();
+        return;
+    };
+    match from {
+        Value::Object(map) => {
+            let Some(child) = map.get(*first) else {
+                return;
+            };
+            if !to.is_object() {
+                *to = Value::Object(Map::new());
+            }
+            if let Value::Object(target) = to {
+                let slot = target
+                    .entry((*first).to_owned())
+                    .or_insert_with(|| empty_like(child, rest));
+                copy_path(child, slot, rest);
+            }
+        }
+        Value::Array(items) => {
+            if !to.is_array() {
+                *to = Value::Array(items.iter().map(|_| Value::Null).collect());
+            }
+            if let Value::Array(targets) = to {
+                for (item, target) in items.iter().zip(targets.iter_mut()) {
+                    copy_path(item, target, path);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn empty_like(value: &Value, rest: &[&str]) -> Value {
+    match value {
+        _ if rest.is_empty() => Value::Null,
+        Value::Array(items) => Value::Array(items.iter().map(|_| Value::Null).collect()),
+        _ => Value::Object(Map::new()),
+    }
+}
+
+/// Advances the engine's epoch until dropped: the clock behind the evaluation deadline.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: wasmtime::Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            // The ticker never panics; a join error would only repeat a panic already shown.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The policy loaded in a waPC host. Not `Sync`: one evaluation at a time, like one
+/// policy-server worker.
+pub struct PolicyHost {
+    pre: WasmtimeEngineProviderPre,
+    deadlines: EpochDeadlines,
+    host: WapcHost,
+    state: Arc<Mutex<HostState>>,
+    _ticker: EpochTicker,
+}
+
+impl fmt::Debug for PolicyHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyHost")
+            .field("host", &self.host.id())
+            .field("deadlines", &self.deadlines)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyHost {
+    /// Compiles the module and instantiates it, with the policy-server's default timeout.
+    pub fn new(wasm: &[u8]) -> Result<Self> {
+        Self::with_timeout(wasm, DEFAULT_TIMEOUT)
+    }
+
+    /// Compiles the module and instantiates it; each guest call may run for `timeout`.
+    pub fn with_timeout(wasm: &[u8], timeout: Duration) -> Result<Self> {
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        let engine = wasmtime::Engine::new(&config).map_err(|e| Error::Engine(e.into()))?;
+        let ticks = u64::try_from(timeout.as_millis() / EPOCH_TICK.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let deadlines = EpochDeadlines {
+            // Instantiation also runs the guest's start-up code; give it the same budget as
+            // the policy-server gives a whole evaluation, several times over.
+            wapc_init: ticks.saturating_mul(5),
+            wapc_func: ticks,
+        };
+        let pre = WasmtimeEngineProviderBuilder::new()
+            .engine(engine.clone())
+            .module_bytes(wasm)
+            .wasi_params(WasiParams::default())
+            .build_pre()
+            .map_err(Error::Compile)?;
+        let state = Arc::new(Mutex::new(HostState::default()));
+        let ticker = EpochTicker::start(engine);
+        let host = Self::instantiate(&pre, deadlines, &state)?;
+        Ok(Self {
+            pre,
+            deadlines,
+            host,
+            state,
+            _ticker: ticker,
+        })
+    }
+
+    fn instantiate(
+        pre: &WasmtimeEngineProviderPre,
+        deadlines: EpochDeadlines,
+        state: &Arc<Mutex<HostState>>,
+    ) -> Result<WapcHost> {
+        let engine = pre
+            .rehydrate(Some(deadlines))
+            .map_err(|e| Error::Instantiate(wapc::errors::Error::ProviderFailure(Box::new(e))))?;
+        let state = Arc::clone(state);
+        let callback =
+            move |_id: u64, binding: &str, namespace: &str, operation: &str, payload: &[u8]| {
+                host_callback(&state, binding, namespace, operation, payload)
+            };
+        WapcHost::new(Box::new(engine), Some(Box::new(callback))).map_err(Error::Instantiate)
+    }
+
+    /// Calls a guest function with raw bytes while the host capabilities answer from
+    /// `cluster`. A failed call replaces the instance before returning the error.
+    pub fn call(
+        &mut self,
+        operation: &str,
+        payload: &[u8],
+        cluster: &Cluster,
+    ) -> Result<Evaluation<Vec<u8>>> {
+        {
+            let mut state = lock(&self.state);
+            state.cluster = cluster.clone();
+            state.calls.clear();
+        }
+        let started = Instant::now();
+        let result = self.host.call(operation, payload);
+        let elapsed = started.elapsed();
+        let host_calls = std::mem::take(&mut lock(&self.state).calls);
+        match result {
+            Ok(response) => Ok(Evaluation {
+                response,
+                host_calls,
+                elapsed,
+            }),
+            Err(source) => {
+                // The guest may have trapped half-way through its own bookkeeping: never
+                // reuse that instance. If even a fresh one cannot be made, report that.
+                self.host = Self::instantiate(&self.pre, self.deadlines, &self.state)?;
+                Err(Error::GuestCall {
+                    operation: operation.to_owned(),
+                    source,
+                })
+            }
+        }
+    }
+
+    fn call_json<T: serde::de::DeserializeOwned>(
+        &mut self,
+        operation: &str,
+        payload: &Value,
+        cluster: &Cluster,
+    ) -> Result<Evaluation<T>> {
+        let bytes = serde_json::to_vec(payload).map_err(|source| Error::Payload {
+            operation: operation.to_owned(),
+            source,
+        })?;
+        let raw = self.call(operation, &bytes, cluster)?;
+        let response = serde_json::from_slice(&raw.response).map_err(|source| Error::Response {
+            operation: operation.to_owned(),
+            raw: String::from_utf8_lossy(&raw.response).into_owned(),
+            source,
+        })?;
+        Ok(Evaluation {
+            response,
+            host_calls: raw.host_calls,
+            elapsed: raw.elapsed,
+        })
+    }
+
+    /// `validate_settings` with the settings as written in the ClusterAdmissionPolicy.
+    pub fn validate_settings(&mut self, settings: &Value) -> Result<Evaluation<SettingsResponse>> {
+        self.call_json(VALIDATE_SETTINGS, settings, &Cluster::default())
+    }
+
+    /// `validate` of one AdmissionRequest, the cluster holding `baselines`.
+    pub fn validate(
+        &mut self,
+        settings: &Value,
+        request: &Value,
+        baselines: &[Value],
+    ) -> Result<Evaluation<ValidationResponse>> {
+        self.validate_in(
+            settings,
+            request,
+            &Cluster::with_baselines(baselines.to_vec()),
+        )
+    }
+
+    /// `validate` of one AdmissionRequest against any [`Cluster`] (e.g. a failing one).
+    pub fn validate_in(
+        &mut self,
+        settings: &Value,
+        request: &Value,
+        cluster: &Cluster,
+    ) -> Result<Evaluation<ValidationResponse>> {
+        let payload = json!({"settings": settings, "request": request});
+        self.call_json(VALIDATE, &payload, cluster)
+    }
+
+    /// The Kubewarden protocol version the policy declares (`"v1"`).
+    pub fn protocol_version(&mut self) -> Result<String> {
+        let raw = self.call(PROTOCOL_VERSION, b"", &Cluster::default())?;
+        serde_json::from_slice(&raw.response).map_err(|source| Error::Response {
+            operation: PROTOCOL_VERSION.to_owned(),
+            raw: String::from_utf8_lossy(&raw.response).into_owned(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn baseline(name: &str, label: &str) -> Value {
+        json!({
+            "apiVersion": BASELINE_API_VERSION,
+            "kind": BASELINE_KIND,
+            "metadata": {"name": name, "uid": "u", "resourceVersion": "1"},
+            "spec": {"namespaceLabel": label, "allowDNS": true},
+            "status": {"namespaces": 3},
+        })
+    }
+
+    fn list_request(masks: Value) -> Value {
+        json!({
+            "api_version": BASELINE_API_VERSION,
+            "kind": BASELINE_KIND,
+            "label_selector": null,
+            "field_selector": null,
+            "field_masks": masks,
+        })
+    }
+
+    fn answer(cluster: &Cluster, request: &Value) -> (CallbackResult, Vec<HostCall>) {
+        let state = Mutex::new(HostState {
+            cluster: cluster.clone(),
+            calls: Vec::new(),
+        });
+        let payload = serde_json::to_vec(request).expect("encode");
+        let result = host_callback(
+            &state,
+            "kubewarden",
+            "kubernetes",
+            "list_resources_all",
+            &payload,
+        );
+        let calls = lock(&state).calls.clone();
+        (result, calls)
+    }
+
+    #[test]
+    fn traps_and_guest_errors_are_told_apart() {
+        let failure = |message: &str| Error::GuestCall {
+            operation: VALIDATE.into(),
+            source: wapc::errors::Error::GuestCallFailure(message.into()),
+        };
+        let trap = failure(
+            "error while executing at wasm backtrace:\n    0: 0x1234 - <unknown>!rust_panic\n\nCaused by:\n    wasm trap: wasm `unreachable` instruction executed",
+        );
+        assert!(trap.is_trap());
+        assert_eq!(trap.guest_error(), None);
+        assert!(failure("guest code interrupted, execution deadline exceeded").is_trap());
+        let refused = failure("Deserialization error: unknown field `guardSelector`");
+        assert!(!refused.is_trap());
+        assert_eq!(
+            refused.guest_error(),
+            Some("Deserialization error: unknown field `guardSelector`")
+        );
+    }
+
+    #[test]
+    fn lists_the_baselines_as_a_kubernetes_list() {
+        let cluster = Cluster::with_baselines(vec![baseline("guarded", "baseline=guarded")]);
+        let (result, calls) = answer(&cluster, &list_request(Value::Null));
+        let list: Value = serde_json::from_slice(&result.expect("answered")).expect("json");
+        assert_eq!(list["kind"], BASELINE_LIST_KIND);
+        assert_eq!(list["apiVersion"], BASELINE_API_VERSION);
+        assert_eq!(list["items"][0], cluster.baselines[0]);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].outcome, CallOutcome::Answered);
+    }
+
+    #[test]
+    fn field_masks_prune_the_items() {
+        let cluster = Cluster::with_baselines(vec![baseline("guarded", "baseline=guarded")]);
+        let masks = json!(["metadata.name", "spec.namespaceLabel", "spec.mode"]);
+        let (result, _) = answer(&cluster, &list_request(masks));
+        let list: Value = serde_json::from_slice(&result.expect("answered")).expect("json");
+        assert_eq!(
+            list["items"][0],
+            json!({
+                "apiVersion": BASELINE_API_VERSION,
+                "kind": BASELINE_KIND,
+                "metadata": {"name": "guarded"},
+                "spec": {"namespaceLabel": "baseline=guarded"},
+            })
+        );
+    }
+
+    #[test]
+    fn masks_through_lists_apply_to_every_element() {
+        let object = json!({"spec": {"items": [{"a": 1, "b": 2}, {"a": 3}]}});
+        let masks = BTreeSet::from(["spec.items.a".to_owned()]);
+        assert_eq!(
+            prune(&object, &masks),
+            json!({"spec": {"items": [{"a": 1}, {"a": 3}]}})
+        );
+    }
+
+    #[test]
+    fn a_host_error_fails_the_call_and_is_recorded() {
+        let cluster = Cluster {
+            baselines: Vec::new(),
+            host_error: Some("etcdserver: request timed out".into()),
+        };
+        let (result, calls) = answer(&cluster, &list_request(Value::Null));
+        let error = result.expect_err("fails");
+        assert_eq!(error.to_string(), "etcdserver: request timed out");
+        assert_eq!(
+            calls[0].outcome,
+            CallOutcome::Failed("etcdserver: request timed out".into())
+        );
+    }
+
+    #[test]
+    fn other_kinds_and_selectors_are_unexpected() {
+        let cluster = Cluster::default();
+        let mut pods = list_request(Value::Null);
+        pods["api_version"] = json!("v1");
+        pods["kind"] = json!("Pod");
+        let mut selected = list_request(Value::Null);
+        selected["label_selector"] = json!("a=b");
+        for request in [pods, selected] {
+            let (result, calls) = answer(&cluster, &request);
+            assert!(result.is_err());
+            assert!(calls[0].is_unexpected(), "{:?}", calls[0]);
+        }
+    }
+
+    #[test]
+    fn unknown_capabilities_are_unexpected_and_logging_is_not() {
+        let state = Mutex::new(HostState::default());
+        let result = host_callback(&state, "kubewarden", "net", "v1/dns_lookup_host", b"\"x\"");
+        let error = result.expect_err("refused");
+        assert!(
+            error
+                .to_string()
+                .contains("unexpected host call kubewarden/net/v1/dns_lookup_host"),
+            "{error}"
+        );
+        assert!(host_callback(&state, "kubewarden", "tracing", "log", b"{}").is_ok());
+        let calls = lock(&state).calls.clone();
+        assert!(calls[0].is_unexpected());
+        assert!(calls[1].is_log() && !calls[1].is_unexpected());
+    }
+}

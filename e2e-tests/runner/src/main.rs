@@ -1,0 +1,159 @@
+//! `e2e-runner --wasm <path> --fixtures <dir> [--filter substring]`
+//!
+//! Loads the built policy in a real waPC host and runs every fixture through
+//! `validate_settings` and `validate`. Prints one row per fixture, the details of each
+//! failure, and `N passed, M failed`; exits 1 on any failure or when no fixture was found.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use namespace_baseline_e2e::PolicyHost;
+use namespace_baseline_e2e::fixture::{self, Report};
+
+const USAGE: &str =
+    "usage: e2e-runner --wasm <policy.wasm> --fixtures <dir> [--filter <substring>]";
+
+struct Args {
+    wasm: PathBuf,
+    fixtures: PathBuf,
+    filter: Option<String>,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut wasm = None;
+    let mut fixtures = None;
+    let mut filter = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                (flag.to_owned(), Some(value.to_owned()))
+            }
+            _ => (arg.clone(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .with_context(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        match flag.as_str() {
+            "--wasm" => wasm = Some(PathBuf::from(value()?)),
+            "--fixtures" => fixtures = Some(PathBuf::from(value()?)),
+            "--filter" => filter = Some(value()?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    Ok(Args {
+        wasm: wasm.with_context(|| format!("--wasm is required\n{USAGE}"))?,
+        fixtures: fixtures.with_context(|| format!("--fixtures is required\n{USAGE}"))?,
+        filter,
+    })
+}
+
+fn print_table(reports: &[Report]) {
+    let width = |pick: fn(&Report) -> &str, title: &str| {
+        reports
+            .iter()
+            .map(|r| pick(r).len())
+            .chain([title.len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let name_w = width(|r| &r.name, "fixture");
+    let exp_w = width(|r| &r.expected, "expected");
+    let got_w = width(|r| &r.got, "got");
+    println!(
+        "{:<name_w$}  {:<exp_w$}  {:<got_w$}  {:>10}  result",
+        "fixture", "expected", "got", "host calls"
+    );
+    println!("{}", "-".repeat(name_w + exp_w + got_w + 10 + 14));
+    for report in reports {
+        println!(
+            "{:<name_w$}  {:<exp_w$}  {:<got_w$}  {:>10}  {}",
+            report.name,
+            report.expected,
+            report.got,
+            report.host_calls,
+            if report.passed() { "ok" } else { "FAIL" }
+        );
+    }
+}
+
+fn run() -> anyhow::Result<bool> {
+    let args = parse_args()?;
+    let wasm = std::fs::read(&args.wasm)
+        .with_context(|| format!("cannot read the policy module {}", args.wasm.display()))?;
+    let fixtures = fixture::load_dir(&args.fixtures, args.filter.as_deref())
+        .with_context(|| format!("cannot list the fixtures in {}", args.fixtures.display()))?;
+
+    let started = Instant::now();
+    let mut host = PolicyHost::new(&wasm)
+        .with_context(|| format!("cannot load {} in a waPC host", args.wasm.display()))?;
+    let protocol = host
+        .protocol_version()
+        .context("the policy does not answer protocol_version")?;
+    println!(
+        "policy {} ({} bytes, protocol {protocol}) loaded in {:.2?}",
+        args.wasm.display(),
+        wasm.len(),
+        started.elapsed()
+    );
+
+    let started = Instant::now();
+    let reports: Vec<Report> = fixtures
+        .iter()
+        .map(|loaded| match loaded {
+            Ok(fixture) => fixture::run(&mut host, fixture),
+            Err(unreadable) => Report::unreadable(unreadable),
+        })
+        .collect();
+    let elapsed = started.elapsed();
+
+    print_table(&reports);
+    let failed: Vec<&Report> = reports.iter().filter(|r| !r.passed()).collect();
+    if !failed.is_empty() {
+        println!("\nfailures:");
+        for report in &failed {
+            println!("- {}:", report.name);
+            for failure in &report.failures {
+                println!("    {failure}");
+            }
+        }
+    }
+    if reports.is_empty() {
+        println!(
+            "\nno fixture found in {}{}",
+            args.fixtures.display(),
+            args.filter
+                .as_deref()
+                .map(|f| format!(" matching {f:?}"))
+                .unwrap_or_default()
+        );
+    } else {
+        println!("\n{} fixtures evaluated in {elapsed:.2?}", reports.len());
+    }
+    println!(
+        "{} passed, {} failed",
+        reports.len() - failed.len(),
+        failed.len()
+    );
+    Ok(failed.is_empty() && !reports.is_empty())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("e2e-runner: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

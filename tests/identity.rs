@@ -1,0 +1,82 @@
+//! The reconciler's identity is written in four places: the core's default, the policy's
+//! default `reconcilerUsername`, the ServiceAccount in deploy/rbac.yaml that the Deployment
+//! runs as, and the ClusterAdmissionPolicy's settings. If they drift apart, the gate blocks
+//! the installer; this test holds them together.
+
+use namespace_baseline_core::identity::{
+    RECONCILER_NAMESPACE, RECONCILER_SERVICE_ACCOUNT, reconciler_username,
+};
+use namespace_baseline_policy::Settings;
+use serde::Deserialize;
+use serde_yaml::Value;
+
+fn documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|document| Value::deserialize(document).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .filter(|document| !document.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    documents
+        .iter()
+        .filter(|document| document["kind"].as_str() == Some(kind))
+        .collect()
+}
+
+#[test]
+fn the_policy_default_is_the_core_identity() {
+    assert_eq!(
+        Settings::default().reconciler_username,
+        reconciler_username()
+    );
+}
+
+#[test]
+fn the_deployed_service_account_is_the_core_identity() {
+    let rbac = documents("deploy/rbac.yaml");
+    let accounts = of_kind(&rbac, "ServiceAccount");
+    assert_eq!(accounts.len(), 1, "one ServiceAccount in deploy/rbac.yaml");
+    assert_eq!(
+        accounts[0]["metadata"]["name"].as_str(),
+        Some(RECONCILER_SERVICE_ACCOUNT)
+    );
+    assert_eq!(
+        accounts[0]["metadata"]["namespace"].as_str(),
+        Some(RECONCILER_NAMESPACE)
+    );
+    for binding in of_kind(&rbac, "ClusterRoleBinding")
+        .into_iter()
+        .chain(of_kind(&rbac, "RoleBinding"))
+    {
+        let subject = &binding["subjects"][0];
+        assert_eq!(subject["name"].as_str(), Some(RECONCILER_SERVICE_ACCOUNT));
+        assert_eq!(subject["namespace"].as_str(), Some(RECONCILER_NAMESPACE));
+    }
+
+    let deployment = documents("deploy/reconciler.yaml");
+    let deployment = of_kind(&deployment, "Deployment");
+    assert_eq!(deployment.len(), 1);
+    assert_eq!(
+        deployment[0]["metadata"]["namespace"].as_str(),
+        Some(RECONCILER_NAMESPACE)
+    );
+    assert_eq!(
+        deployment[0]["spec"]["template"]["spec"]["serviceAccountName"].as_str(),
+        Some(RECONCILER_SERVICE_ACCOUNT)
+    );
+}
+
+#[test]
+fn the_admission_policy_exempts_the_core_identity() {
+    let policy = documents("deploy/admission-policy.yaml");
+    let settings = &policy[0]["spec"]["settings"];
+    assert_eq!(
+        settings["reconcilerUsername"].as_str(),
+        Some(reconciler_username().as_str())
+    );
+    let settings: Settings = serde_yaml::from_value(settings.clone()).expect("valid settings");
+    assert_eq!(settings.validate(), Ok(()));
+}
