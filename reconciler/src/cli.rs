@@ -1,0 +1,164 @@
+//! The command line.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, Subcommand, ValueEnum};
+
+/// Installs and repairs the network walls declared by NamespaceBaselines.
+#[derive(Debug, Parser)]
+#[command(name = "namespace-baseline-reconciler", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub run: RunOptions,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Run the reconciler (the default).
+    Run,
+    /// Print the CustomResourceDefinition YAML.
+    Crd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunOptions {
+    /// Resync interval: every baseline is reconciled at least this often ("5m", "300s" or
+    /// seconds).
+    #[arg(long, global = true, default_value = "5m", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+
+    /// Address of the HTTP server (/healthz, /readyz, /metrics).
+    #[arg(long, global = true, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    /// Elect a leader through a Lease (turn off only for a single replica).
+    #[arg(
+        long,
+        global = true,
+        default_value_t = true,
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub leader_election: bool,
+
+    /// Name of the leader election Lease.
+    #[arg(long, global = true, default_value = "namespace-baseline-reconciler")]
+    pub lease_name: String,
+
+    /// Namespace of the leader election Lease.
+    #[arg(long, global = true, env = "POD_NAMESPACE", default_value = namespace_baseline_core::identity::RECONCILER_NAMESPACE)]
+    pub lease_namespace: String,
+
+    /// Holder identity in the Lease (default: the pod name, else hostname and a random suffix).
+    #[arg(long, global = true, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Namespaces written to in parallel within one reconcile.
+    #[arg(long, global = true, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+}
+
+/// A duration in humantime ("90s", "5m", "1h 30m") or in seconds ("300").
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = match text.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => humantime::parse_duration(text).map_err(|error| error.to_string())?,
+    };
+    if duration.is_zero() {
+        return Err("must be greater than zero".to_owned());
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use rstest::rstest;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("reconciler").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_is_the_default_with_documented_defaults() {
+        let cli = parse(&[]);
+        assert_eq!(cli.command, None);
+        assert_eq!(cli.run.resync_interval, Duration::from_secs(300));
+        assert_eq!(cli.run.listen, "0.0.0.0:8080".parse().unwrap());
+        assert!(cli.run.leader_election);
+        assert_eq!(cli.run.lease_name, "namespace-baseline-reconciler");
+        assert_eq!(cli.run.log_format, LogFormat::Text);
+        assert_eq!(cli.run.concurrency, 16);
+    }
+
+    #[test]
+    fn flags_parse_before_or_after_the_subcommand() {
+        let cli = parse(&[
+            "run",
+            "--leader-election=false",
+            "--resync-interval",
+            "90s",
+            "--listen",
+            "127.0.0.1:9000",
+            "--lease-name",
+            "l",
+            "--lease-namespace",
+            "ns",
+            "--log-format",
+            "json",
+            "--concurrency",
+            "4",
+        ]);
+        assert_eq!(cli.command, Some(Command::Run));
+        assert!(!cli.run.leader_election);
+        assert_eq!(cli.run.resync_interval, Duration::from_secs(90));
+        assert_eq!(cli.run.lease_namespace, "ns");
+        assert_eq!(cli.run.log_format, LogFormat::Json);
+        assert_eq!(cli.run.concurrency, 4);
+        assert_eq!(
+            parse(&["--concurrency", "2", "crd"]).command,
+            Some(Command::Crd)
+        );
+    }
+
+    #[rstest]
+    #[case("300", 300)]
+    #[case("5m", 300)]
+    #[case("1h 30m", 5400)]
+    fn durations_in_seconds_or_humantime(#[case] text: &str, #[case] seconds: u64) {
+        assert_eq!(parse_duration(text), Ok(Duration::from_secs(seconds)));
+    }
+
+    #[rstest]
+    #[case(&["--resync-interval", "0"])]
+    #[case(&["--resync-interval", "soon"])]
+    #[case(&["--concurrency", "0"])]
+    #[case(&["--leader-election=maybe"])]
+    fn bad_values_are_refused(#[case] args: &[&str]) {
+        assert!(
+            Cli::try_parse_from(std::iter::once("reconciler").chain(args.iter().copied())).is_err()
+        );
+    }
+}

@@ -1,0 +1,680 @@
+//! Reconcile against a mocked API server with filled caches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use kube::runtime::controller::Action;
+use namespace_baseline_core::NamespaceBaselineSpec;
+use namespace_baseline_core::spec::{DeletionPolicy, Mode, NamespaceBaseline};
+use namespace_baseline_core::wall::desired_wall;
+use rstest::rstest;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::error::ErrorClass;
+use crate::fixtures::{
+    Harness, RESYNC, Recorded, baseline, failure, healthy, namespace, stored_wall,
+};
+use crate::leader::LeaderGate;
+use crate::status::{self, Report};
+
+const BASELINES: &str = "/apis/hedronite.io/v1alpha1/namespacebaselines";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+
+fn seed() -> NamespaceBaselineSpec {
+    NamespaceBaselineSpec::new("baseline=guarded")
+}
+
+fn policy_path(namespace: &str, name: &str) -> String {
+    format!("/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}")
+}
+
+fn guarded_namespaces() -> Vec<k8s_openapi::api::core::v1::Namespace> {
+    vec![
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "guarded")]),
+        namespace("other", &[("baseline", "open")]),
+    ]
+}
+
+/// The status a converged baseline already carries.
+fn converged(mut baseline: NamespaceBaseline, namespaces: u32) -> NamespaceBaseline {
+    let report = Report {
+        generation: baseline.meta().generation,
+        mode: baseline.spec.mode,
+        namespaces,
+        objects_applied: 0,
+        drifted: 0,
+        failure: None,
+    };
+    let time = Time(Timestamp::from_second(1_700_000_000).unwrap());
+    baseline.status = Some(status::desired(None, &report, &time));
+    baseline
+}
+
+fn full_wall(
+    spec: &NamespaceBaselineSpec,
+    namespaces: &[&str],
+) -> Vec<k8s_openapi::api::networking::v1::NetworkPolicy> {
+    namespaces
+        .iter()
+        .flat_map(|ns| stored_wall("guarded", ns, spec))
+        .collect()
+}
+
+fn status_patches(requests: &[Recorded]) -> Vec<&Value> {
+    requests
+        .iter()
+        .filter(|r| r.is("PATCH", &format!("{BASELINES}/guarded/status")))
+        .map(|r| &r.body["status"])
+        .collect()
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap()
+}
+
+fn event_reasons(requests: &[Recorded]) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.is("POST", EVENTS))
+        .map(|r| r.body["reason"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn policy_requests(requests: &[Recorded]) -> Vec<&Recorded> {
+    requests
+        .iter()
+        .filter(|r| r.path.contains("/networkpolicies/"))
+        .collect()
+}
+
+async fn run(harness: &Harness, baseline: NamespaceBaseline) -> Result<Action> {
+    let ctx = harness.ctx.clone();
+    tokio::time::timeout(Duration::from_secs(5), reconcile(Arc::new(baseline), ctx))
+        .await
+        .expect("reconcile hung")
+}
+
+#[tokio::test]
+async fn installs_the_wall_with_two_applies_per_matching_namespace_then_reports() {
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    let action = run(&harness, baseline("guarded", seed())).await.unwrap();
+    assert_eq!(action, Action::requeue(RESYNC));
+    let requests = harness.requests().await;
+
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 4, "{requests:#?}");
+    for ns in ["team-a", "team-b"] {
+        for desired in desired_wall("guarded", ns, &seed()) {
+            let name = desired.metadata.name.clone().unwrap();
+            let apply = applies
+                .iter()
+                .find(|r| r.path == policy_path(ns, &name))
+                .unwrap_or_else(|| panic!("no apply of {ns}/{name}"));
+            assert_eq!(apply.method, "PATCH");
+            assert_eq!(apply.content_type, "application/apply-patch+yaml");
+            assert!(
+                apply.query.contains("fieldManager=namespace-baseline"),
+                "{}",
+                apply.query
+            );
+            assert!(apply.query.contains("force=true"), "{}", apply.query);
+            // The whole object, every spec field named (empty rule lists included).
+            assert_eq!(apply.body, serde_json::to_value(&desired).unwrap());
+        }
+    }
+    assert!(applies.iter().all(|r| !r.path.contains("/other/")));
+
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses.len(), 1);
+    let status = statuses[0];
+    assert_eq!(status["namespaces"], 2);
+    assert_eq!(status["objectsApplied"], 4);
+    assert_eq!(status["drifted"], 0);
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(condition(status, "Ready")["status"], "True");
+    assert_eq!(condition(status, "Ready")["reason"], "WallInPlace");
+    assert_eq!(condition(status, "Degraded")["status"], "False");
+    // Status is written after the wall, on the status subresource only.
+    let status_at = requests
+        .iter()
+        .position(|r| r.path.ends_with("/status"))
+        .unwrap();
+    let last_apply = requests
+        .iter()
+        .rposition(|r| r.path.contains("/networkpolicies/"))
+        .unwrap();
+    assert!(last_apply < status_at);
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.is("PATCH", &format!("{BASELINES}/guarded")))
+    );
+
+    assert_eq!(event_reasons(&requests), ["WallInstalled"]);
+}
+
+#[tokio::test]
+async fn a_converged_cluster_costs_no_request_at_all() {
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a", "team-b"]),
+        Box::new(healthy),
+    );
+    let action = run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    assert_eq!(action, Action::requeue(RESYNC));
+    let requests = harness.requests().await;
+    assert!(
+        requests.is_empty(),
+        "expected no request, got {requests:#?}"
+    );
+}
+
+#[rstest]
+#[case::egress_slipped_into_deny_all(0, json!({"egress": [{}]}))]
+#[case::pod_selector_narrowed(0, json!({"podSelector": {"matchLabels": {"app": "web"}}}))]
+#[case::dns_door_widened(1, json!({"egress": [{"to": [{"podSelector": {}}]}]}))]
+#[tokio::test]
+async fn drift_is_repaired_with_one_whole_object_apply(#[case] index: usize, #[case] edit: Value) {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    let mut drifted = serde_json::to_value(&policies[index]).unwrap();
+    for (key, value) in edit.as_object().unwrap() {
+        drifted["spec"][key] = value.clone();
+    }
+    policies[index] = serde_json::from_value(drifted).unwrap();
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let state = harness.state.clone();
+    let requests = harness.requests().await;
+
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 1, "{requests:#?}");
+    let desired = &desired_wall("guarded", "team-a", &seed())[index];
+    assert_eq!(
+        applies[0].path,
+        policy_path("team-a", desired.metadata.name.as_ref().unwrap())
+    );
+    assert_eq!(applies[0].body, serde_json::to_value(desired).unwrap());
+    assert!(applies[0].query.contains("force=true"));
+
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses.len(), 1);
+    assert_eq!(statuses[0]["objectsApplied"], 1);
+    assert_eq!(event_reasons(&requests), ["DriftRepaired"]);
+    assert!(
+        state
+            .metrics
+            .render()
+            .unwrap()
+            .contains("namespace_baseline_drift_repairs_total 1")
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_policy_is_recreated() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies.remove(2); // team-b's deny-all
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 1);
+    assert_eq!(
+        applies[0].path,
+        policy_path("team-b", "nsb-guarded-default-deny")
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_selector_is_a_permanent_failure_reported_once() {
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    let broken = baseline("guarded", NamespaceBaselineSpec::new("baseline!=guarded"));
+    let action = run(&harness, broken).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let state = harness.state.clone();
+    let requests = harness.requests().await;
+
+    assert!(
+        policy_requests(&requests).is_empty(),
+        "never read as another selector"
+    );
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses.len(), 1);
+    let ready = condition(statuses[0], "Ready");
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "InvalidSpec");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("'!=' is not supported")
+    );
+    assert_eq!(condition(statuses[0], "Degraded")["status"], "True");
+    let events: Vec<_> = requests.iter().filter(|r| r.is("POST", EVENTS)).collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].body["type"], "Warning");
+    assert_eq!(events[0].body["reason"], "InvalidSpec");
+    assert_eq!(events[0].body["regarding"]["name"], "guarded");
+    let metrics = state.metrics.render().unwrap();
+    assert!(metrics.contains(r#"namespace_baseline_reconcile_errors_total{class="permanent"} 1"#));
+    assert!(metrics.contains(r#"namespace_baseline_reconciles_total{result="permanent_error"} 1"#));
+    assert_eq!(state.retries.attempts("guarded"), 0, "no retry scheduled");
+}
+
+#[tokio::test]
+async fn a_permanent_failure_already_reported_is_not_announced_again() {
+    let broken = baseline("guarded", NamespaceBaselineSpec::new("baseline!=guarded"));
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    run(&harness, broken.clone()).await.unwrap();
+    let reported =
+        serde_json::from_value(status_patches(&harness.requests().await)[0].clone()).unwrap();
+
+    let mut again = broken;
+    again.status = Some(reported);
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    assert_eq!(run(&harness, again).await.unwrap(), Action::await_change());
+    let requests = harness.requests().await;
+    assert!(requests.is_empty(), "{requests:#?}");
+}
+
+#[tokio::test]
+async fn a_forbidden_apply_is_permanent() {
+    let responder = |request: &Recorded| {
+        if request.path.contains("/networkpolicies/") {
+            failure(403, "Forbidden")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
+    let action = run(&harness, baseline("guarded", seed())).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let requests = harness.requests().await;
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses.len(), 1);
+    let ready = condition(statuses[0], "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("Forbidden"))
+    );
+    assert_eq!(statuses[0]["drifted"], 4, "nothing could be applied");
+    assert_eq!(event_reasons(&requests), ["Forbidden"]);
+}
+
+#[tokio::test]
+async fn a_server_error_requeues_with_growing_backoff_and_success_resets_it() {
+    let responder = |request: &Recorded| {
+        if request.path == policy_path("team-b", "nsb-guarded-default-deny") {
+            failure(500, "InternalError")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
+    let guarded = Arc::new(baseline("guarded", seed()));
+
+    let error = run(&harness, guarded.as_ref().clone()).await.unwrap_err();
+    assert_eq!(error.class(), ErrorClass::Transient);
+    let first = error_policy(guarded.clone(), &error, harness.ctx.clone());
+    let error = run(&harness, guarded.as_ref().clone()).await.unwrap_err();
+    let second = error_policy(guarded.clone(), &error, harness.ctx.clone());
+    assert_eq!(harness.state.retries.attempts("guarded"), 2);
+    // The harness's retries have no jitter: exactly half the exponential ceiling.
+    assert_eq!(first, Action::requeue(Duration::from_millis(250)));
+    assert_eq!(second, Action::requeue(Duration::from_millis(500)));
+
+    // The other namespace was still written, and the status says it is retrying.
+    let state = harness.state.clone();
+    let requests = harness.requests().await;
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.path == policy_path("team-a", "nsb-guarded-default-deny"))
+    );
+    let ready = condition(status_patches(&requests)[0], "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("ServerError"))
+    );
+    assert!(ready["message"].as_str().unwrap().ends_with("retrying"));
+    assert!(
+        event_reasons(&requests).is_empty(),
+        "no permanent-failure Event"
+    );
+    assert!(
+        state
+            .metrics
+            .render()
+            .unwrap()
+            .contains(r#"namespace_baseline_reconcile_errors_total{class="transient"} 2"#)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_that_never_answers_times_out_as_transient() {
+    let responder = |request: &Recorded| {
+        if request.path.contains("/networkpolicies/") {
+            (crate::fixtures::NO_ANSWER, Value::Null)
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
+    let reconciled = reconcile(Arc::new(baseline("guarded", seed())), harness.ctx.clone());
+    let error = reconciled.await.unwrap_err();
+    assert_eq!(error.class(), ErrorClass::Transient);
+    assert!(
+        error.report().contains("no answer within 30s"),
+        "{}",
+        error.report()
+    );
+}
+
+#[tokio::test]
+async fn success_resets_the_backoff() {
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    harness.state.retries.failed("guarded");
+    harness.state.retries.failed("guarded");
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    assert_eq!(harness.state.retries.attempts("guarded"), 0);
+}
+
+#[rstest]
+#[case::orphan(DeletionPolicy::Orphan, 0)]
+#[case::delete(DeletionPolicy::Delete, 2)]
+#[tokio::test]
+async fn a_namespace_that_stops_matching(#[case] policy: DeletionPolicy, #[case] deletes: usize) {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: policy,
+        ..seed()
+    };
+    // team-b was relabelled: its wall is still there.
+    let namespaces = vec![
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "open")]),
+    ];
+    let mut guarded = baseline("guarded", spec.clone());
+    if policy == DeletionPolicy::Delete {
+        guarded.meta_mut().finalizers = Some(vec![FINALIZER.into()]);
+    }
+    let harness = Harness::new(
+        namespaces,
+        full_wall(&spec, &["team-a", "team-b"]),
+        Box::new(healthy),
+    );
+    run(&harness, converged(guarded, 1)).await.unwrap();
+    let requests = harness.requests().await;
+    let writes = policy_requests(&requests);
+    assert_eq!(writes.len(), deletes, "{requests:#?}");
+    assert!(
+        writes
+            .iter()
+            .all(|r| r.method == "DELETE" && r.path.contains("/team-b/"))
+    );
+}
+
+#[tokio::test]
+async fn turning_dns_off_removes_the_dns_door() {
+    let spec = NamespaceBaselineSpec {
+        allow_dns: false,
+        ..seed()
+    };
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a", "team-b"]),
+        Box::new(healthy),
+    );
+    run(&harness, converged(baseline("guarded", spec), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    let mut writes: Vec<_> = policy_requests(&requests)
+        .iter()
+        .map(|r| (r.method.clone(), r.path.clone()))
+        .collect();
+    writes.sort();
+    assert_eq!(
+        writes,
+        [
+            (
+                "DELETE".to_owned(),
+                policy_path("team-a", "nsb-guarded-allow-dns")
+            ),
+            (
+                "DELETE".to_owned(),
+                policy_path("team-b", "nsb-guarded-allow-dns")
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn policies_without_the_managed_labels_are_never_touched() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    // Same names as the wall, but no managed label: not ours, even under Delete.
+    let mut foreign = stored_wall("guarded", "team-b", &spec);
+    for policy in &mut foreign {
+        policy.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    }
+    let namespaces = vec![namespace("team-b", &[("baseline", "open")])];
+    let mut guarded = baseline("guarded", spec);
+    guarded.meta_mut().finalizers = Some(vec![FINALIZER.into()]);
+    let harness = Harness::new(namespaces, foreign, Box::new(healthy));
+    run(&harness, converged(guarded, 0)).await.unwrap();
+    assert!(harness.requests().await.is_empty());
+}
+
+#[tokio::test]
+async fn audit_mode_reports_drift_and_writes_no_policy() {
+    let spec = NamespaceBaselineSpec {
+        mode: Mode::Audit,
+        ..seed()
+    };
+    // team-a is walled but its deny-all drifted; team-b has no wall at all.
+    let mut policies = full_wall(&spec, &["team-a"]);
+    policies[0].spec.as_mut().unwrap().egress = Some(vec![Default::default()]);
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    let action = run(&harness, baseline("guarded", spec)).await.unwrap();
+    assert_eq!(action, Action::requeue(RESYNC));
+    let requests = harness.requests().await;
+    assert!(policy_requests(&requests).is_empty(), "{requests:#?}");
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses[0]["drifted"], 3);
+    assert_eq!(statuses[0]["objectsApplied"], 0);
+    assert_eq!(
+        condition(statuses[0], "Degraded")["reason"],
+        "DriftDetected"
+    );
+    assert_eq!(event_reasons(&requests), ["DriftDetected"]);
+}
+
+#[tokio::test]
+async fn delete_policy_adds_the_finalizer_and_orphan_removes_it() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let wall = full_wall(&spec, &["team-a", "team-b"]);
+    let harness = Harness::new(guarded_namespaces(), wall.clone(), Box::new(healthy));
+    run(&harness, converged(baseline("guarded", spec), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert!(requests[0].is("PATCH", &format!("{BASELINES}/guarded")));
+    assert_eq!(requests[0].content_type, "application/merge-patch+json");
+    assert_eq!(
+        requests[0].body,
+        json!({"metadata": {"finalizers": [FINALIZER], "resourceVersion": "100"}})
+    );
+
+    let mut orphan = baseline("guarded", seed());
+    orphan.meta_mut().finalizers = Some(vec!["other/keep".into(), FINALIZER.into()]);
+    let harness = Harness::new(guarded_namespaces(), wall, Box::new(healthy));
+    run(&harness, converged(orphan, 2)).await.unwrap();
+    let requests = harness.requests().await;
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert_eq!(
+        requests[0].body["metadata"]["finalizers"],
+        json!(["other/keep"])
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_delete_baseline_removes_its_wall_then_the_finalizer() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let mut guarded = baseline("guarded", spec.clone());
+    guarded.meta_mut().finalizers = Some(vec![FINALIZER.into()]);
+    guarded.meta_mut().deletion_timestamp = Some(Time(Timestamp::now()));
+    let mut policies = full_wall(&spec, &["team-a", "team-b"]);
+    policies.extend(stored_wall("other-baseline", "team-a", &spec));
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    let action = run(&harness, guarded).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let requests = harness.requests().await;
+    let deletes: Vec<_> = requests.iter().filter(|r| r.method == "DELETE").collect();
+    assert_eq!(deletes.len(), 4);
+    assert!(deletes.iter().all(|r| r.path.contains("nsb-guarded-")));
+    let last = requests.last().unwrap();
+    assert!(last.is("PATCH", &format!("{BASELINES}/guarded")));
+    assert_eq!(last.body["metadata"]["finalizers"], json!([]));
+}
+
+#[tokio::test]
+async fn deleting_an_orphan_baseline_touches_nothing() {
+    let mut guarded = baseline("guarded", seed());
+    guarded.meta_mut().deletion_timestamp = Some(Time(Timestamp::now()));
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a"]),
+        Box::new(healthy),
+    );
+    assert_eq!(
+        run(&harness, guarded).await.unwrap(),
+        Action::await_change()
+    );
+    assert!(harness.requests().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_replica_without_the_lease_writes_nothing() {
+    let harness = Harness::with_gate(
+        guarded_namespaces(),
+        vec![],
+        Box::new(healthy),
+        LeaderGate::elected(Duration::from_secs(10)),
+    );
+    let error = run(&harness, baseline("guarded", seed()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::NotLeader), "{error:?}");
+    assert_eq!(error.class(), ErrorClass::Transient);
+    assert!(harness.requests().await.is_empty());
+}
+
+#[test]
+fn terminating_namespaces_are_neither_counted_nor_written() {
+    let mut leaving = namespace("team-b", &[("baseline", "guarded")]);
+    leaving.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    let namespaces = vec![
+        Arc::new(namespace("team-a", &[("baseline", "guarded")])),
+        Arc::new(leaving),
+    ];
+    let selector = seed().validate().unwrap();
+    let plan = plan("guarded", &seed(), &selector, &namespaces, &[]);
+    assert_eq!(plan.namespaces, 1);
+    assert_eq!(plan.writes.len(), 1);
+    assert_eq!(plan.writes[0].0, "team-a");
+}
+
+#[test]
+fn two_baselines_never_plan_over_each_other() {
+    let namespaces = vec![Arc::new(namespace(
+        "team-a",
+        &[("baseline", "guarded"), ("tier", "1")],
+    ))];
+    let tier = NamespaceBaselineSpec::new("tier");
+    let policies: Vec<_> = stored_wall("guarded", "team-a", &seed())
+        .into_iter()
+        .chain(stored_wall("tiered", "team-a", &tier))
+        .map(Arc::new)
+        .collect();
+    let plan_for = |name: &str, spec: &NamespaceBaselineSpec| {
+        plan(
+            name,
+            spec,
+            &spec.validate().unwrap(),
+            &namespaces,
+            &policies,
+        )
+    };
+    assert_eq!(plan_for("guarded", &seed()).changes(), 0);
+    assert_eq!(plan_for("tiered", &tier).changes(), 0);
+    let no_dns = NamespaceBaselineSpec {
+        allow_dns: false,
+        ..tier.clone()
+    };
+    let plan = plan_for("tiered", &no_dns);
+    assert_eq!(plan.changes(), 1);
+    assert!(
+        matches!(&plan.writes[0].1[0], Change::Delete { name, .. } if name == "nsb-tiered-allow-dns")
+    );
+}
+
+#[tokio::test]
+async fn caches_count_as_synced_once_every_watch_listed_and_wake_every_waiter() {
+    let state = Arc::new(crate::state::State::new(Arc::new(LeaderGate::always())));
+    let (tracker, synced) = ListTracker::new(state.clone());
+    let caches = Caches::new(
+        crate::fixtures::store(vec![]),
+        crate::fixtures::store(vec![]),
+        synced,
+    );
+    // Several reconciles wait at once (a one-shot readiness signal would wake only one).
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let caches = caches.clone();
+            tokio::spawn(async move { caches.synced().await })
+        })
+        .collect();
+    let done = kube::runtime::watcher::Event::<NamespaceBaseline>::InitDone;
+    tracker.observe(ListTracker::BASELINES, &done);
+    tracker.observe(
+        ListTracker::NAMESPACES,
+        &kube::runtime::watcher::Event::<NamespaceBaseline>::Init,
+    );
+    tracker.observe(ListTracker::NAMESPACES, &done);
+    tokio::task::yield_now().await;
+    assert!(!state.health.caches_synced());
+    assert!(waiters.iter().all(|w| !w.is_finished()));
+    tracker.observe(ListTracker::POLICIES, &done);
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("a waiter was not woken")
+            .unwrap()
+            .unwrap();
+    }
+    assert!(state.health.caches_synced());
+}

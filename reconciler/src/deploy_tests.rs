@@ -1,0 +1,169 @@
+//! The committed manifests in `deploy/` keep the blast radius and hardening the design asks
+//! for.
+
+use std::collections::BTreeSet;
+
+use serde::Deserialize;
+use serde_yaml::Value;
+
+const RBAC: &str = include_str!("../../deploy/rbac.yaml");
+const RECONCILER: &str = include_str!("../../deploy/reconciler.yaml");
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|document| Value::deserialize(document).unwrap())
+        .filter(|document| !document.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    documents.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+/// (apiGroup, resource, verb) triples granted by a role.
+fn grants(role: &Value) -> BTreeSet<(String, String, String)> {
+    let strings = |value: &Value| -> Vec<String> {
+        value
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut grants = BTreeSet::new();
+    for rule in role["rules"].as_sequence().unwrap() {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    grants.insert((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    grants
+}
+
+fn expected(rules: &[(&str, &str, &[&str])]) -> BTreeSet<(String, String, String)> {
+    rules
+        .iter()
+        .flat_map(|(group, resource, verbs)| {
+            verbs
+                .iter()
+                .map(move |verb| (group.to_string(), resource.to_string(), verb.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_cluster_role_grants_exactly_the_blast_radius() {
+    let rbac = documents(RBAC);
+    let roles = of_kind(&rbac, "ClusterRole");
+    assert_eq!(roles.len(), 1);
+    assert_eq!(
+        grants(roles[0]),
+        expected(&[
+            ("", "namespaces", &["list", "watch"]),
+            (
+                "networking.k8s.io",
+                "networkpolicies",
+                &[
+                    "get", "list", "watch", "create", "patch", "update", "delete"
+                ],
+            ),
+            (
+                "hedronite.io",
+                "namespacebaselines",
+                &["get", "list", "watch", "patch", "update"],
+            ),
+            (
+                "hedronite.io",
+                "namespacebaselines/status",
+                &["get", "patch", "update"],
+            ),
+            (
+                "hedronite.io",
+                "namespacebaselines/finalizers",
+                &["update", "patch"],
+            ),
+            ("events.k8s.io", "events", &["create", "patch"]),
+            ("", "events", &["create", "patch"]),
+        ])
+    );
+}
+
+#[test]
+fn leases_are_granted_only_in_the_reconciler_namespace() {
+    let rbac = documents(RBAC);
+    let roles = of_kind(&rbac, "Role");
+    assert_eq!(roles.len(), 1);
+    assert_eq!(roles[0]["metadata"]["namespace"], "namespace-baseline");
+    assert_eq!(
+        grants(roles[0]),
+        expected(&[(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "create", "update", "patch"],
+        )])
+    );
+}
+
+#[test]
+fn the_deployment_is_hardened_and_leader_elected() {
+    let manifests = documents(RECONCILER);
+    let deployment = of_kind(&manifests, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "namespace-baseline-reconciler");
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_eq!(security["runAsUser"], 65532);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"][0], "ALL");
+    assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let env: Vec<_> = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"));
+    // The flags it is started with parse.
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(
+        std::iter::once("reconciler").chain(args.iter().copied()),
+    )
+    .unwrap();
+    assert!(cli.run.leader_election);
+}
+
+#[test]
+fn the_own_namespace_is_guarded_with_a_door_to_the_api_server() {
+    let manifests = documents(RECONCILER);
+    let namespace = of_kind(&manifests, "Namespace")[0];
+    let system: Value =
+        serde_yaml::from_str(include_str!("../../deploy/system-baseline.yaml")).unwrap();
+    let selector = namespace_baseline_core::LabelSelector::parse(
+        system["spec"]["namespaceLabel"].as_str().unwrap(),
+    )
+    .unwrap();
+    let labels = serde_yaml::from_value(namespace["metadata"]["labels"].clone()).unwrap();
+    assert!(selector.matches(&labels));
+    let policy = of_kind(&manifests, "NetworkPolicy")[0];
+    let ports: Vec<_> = policy["spec"]["egress"][0]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| p["port"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ports, [443, 6443]);
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 8080);
+}

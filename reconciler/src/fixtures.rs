@@ -1,0 +1,256 @@
+//! Test helpers: objects as the API server returns them, filled caches, and a mocked API
+//! server that records every request (so a test can assert that none was made).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::client::Body;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineSpec};
+use namespace_baseline_core::wall::desired_wall;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::controller::{Caches, Context, Settings};
+use crate::leader::LeaderGate;
+use crate::retry::Retries;
+use crate::state::State;
+
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+pub fn baseline(name: &str, spec: NamespaceBaselineSpec) -> NamespaceBaseline {
+    let mut baseline = NamespaceBaseline::new(name, spec);
+    let meta = baseline.meta_mut();
+    meta.uid = Some(format!("uid-{name}"));
+    meta.generation = Some(1);
+    meta.resource_version = Some("100".into());
+    baseline
+}
+
+pub fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
+    let mut all: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    all.insert("kubernetes.io/metadata.name".into(), name.into());
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(all),
+            uid: Some(format!("uid-ns-{name}")),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    }
+}
+
+/// The wall as the API server stores it: empty lists dropped, server fields set.
+pub fn stored_wall(
+    baseline: &str,
+    namespace: &str,
+    spec: &NamespaceBaselineSpec,
+) -> Vec<NetworkPolicy> {
+    desired_wall(baseline, namespace, spec)
+        .into_iter()
+        .map(|policy| {
+            let mut value = serde_json::to_value(&policy).unwrap();
+            value["spec"]
+                .as_object_mut()
+                .unwrap()
+                .retain(|_, v| v.as_array().is_none_or(|a| !a.is_empty()));
+            value["metadata"]["uid"] =
+                json!(format!("uid-{}", policy.metadata.name.as_ref().unwrap()));
+            value["metadata"]["resourceVersion"] = json!("7");
+            serde_json::from_value(value).unwrap()
+        })
+        .collect()
+}
+
+/// A synced store holding `objects`.
+pub fn store<K>(objects: Vec<K>) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (reader, mut writer) = reflector::store::<K>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    // The reader must outlive the writer being dropped.
+    reader
+}
+
+/// One request the mocked API server received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub content_type: String,
+    pub body: Value,
+}
+
+impl Recorded {
+    pub fn is(&self, method: &str, path: &str) -> bool {
+        self.method == method && self.path == path
+    }
+}
+
+/// How the mocked API server answers: status code and JSON body.
+pub type Responder = Box<dyn Fn(&Recorded) -> (u16, Value) + Send + Sync>;
+
+/// Answers like a healthy API server: echoes applied and created objects, confirms deletes
+/// and returns a baseline for patches of baselines.
+pub fn healthy(request: &Recorded) -> (u16, Value) {
+    let name = request
+        .path
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if request.path.starts_with("/apis/hedronite.io/") {
+        let name = request
+            .path
+            .trim_end_matches("/status")
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        return (
+            200,
+            json!({
+                "apiVersion": "hedronite.io/v1alpha1",
+                "kind": "NamespaceBaseline",
+                "metadata": {"name": name},
+                "spec": {"namespaceLabel": "patched"},
+            }),
+        );
+    }
+    match request.method.as_str() {
+        "DELETE" => (
+            200,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name}}),
+        ),
+        "POST" => (201, request.body.clone()),
+        _ => (200, request.body.clone()),
+    }
+}
+
+/// A status code for the responder meaning: never answer this request.
+pub const NO_ANSWER: u16 = 0;
+
+/// A Kubernetes `Status` failure body.
+pub fn failure(code: u16, reason: &str) -> (u16, Value) {
+    (
+        code,
+        json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": format!("mocked {reason}"), "reason": reason, "code": code,
+        }),
+    )
+}
+
+/// The mocked API server: serves until every client is dropped, then returns what it saw.
+pub fn mock_client(responder: Responder) -> (Client, JoinHandle<Vec<Recorded>>) {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(async move {
+        let mut recorded = Vec::new();
+        let mut unanswered = Vec::new();
+        while let Some((request, send)) = handle.next_request().await {
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.unwrap();
+            let body = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).unwrap()
+            };
+            let request = Recorded {
+                method: parts.method.to_string(),
+                path: parts.uri.path().to_owned(),
+                query: parts.uri.query().unwrap_or_default().to_owned(),
+                content_type: parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned(),
+                body,
+            };
+            let (code, response) = responder(&request);
+            recorded.push(request);
+            if code == NO_ANSWER {
+                unanswered.push(send);
+                continue;
+            }
+            send.send_response(
+                Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(&response).unwrap()))
+                    .unwrap(),
+            );
+        }
+        recorded
+    });
+    (Client::new(service, "default"), server)
+}
+
+/// A reconcile context over a mocked API server and caches holding the given objects.
+pub struct Harness {
+    pub ctx: Arc<Context>,
+    pub state: Arc<State>,
+    server: JoinHandle<Vec<Recorded>>,
+}
+
+impl Harness {
+    pub fn new(
+        namespaces: Vec<Namespace>,
+        policies: Vec<NetworkPolicy>,
+        responder: Responder,
+    ) -> Self {
+        Self::with_gate(namespaces, policies, responder, LeaderGate::always())
+    }
+
+    pub fn with_gate(
+        namespaces: Vec<Namespace>,
+        policies: Vec<NetworkPolicy>,
+        responder: Responder,
+        gate: LeaderGate,
+    ) -> Self {
+        let (client, server) = mock_client(responder);
+        let mut state = State::new(Arc::new(gate));
+        state.retries = Retries::default().without_jitter();
+        let state = Arc::new(state);
+        let (_, synced) = tokio::sync::watch::channel(true);
+        let caches = Caches::new(store(namespaces), store(policies), synced);
+        let settings = Settings {
+            concurrency: 4,
+            resync: RESYNC,
+        };
+        let ctx = Arc::new(Context::new(
+            client,
+            caches,
+            settings,
+            state.clone(),
+            "test".into(),
+        ));
+        Self { ctx, state, server }
+    }
+
+    /// Drops the client and returns every request the API server received.
+    pub async fn requests(self) -> Vec<Recorded> {
+        let Self { ctx, server, .. } = self;
+        drop(ctx);
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("the client was not dropped")
+            .unwrap()
+    }
+}

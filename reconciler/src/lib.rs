@@ -1,0 +1,41 @@
+//! The Namespace Baseline reconciler: installs the network wall declared by each
+//! NamespaceBaseline in every matching namespace, repairs drift, and reports through the
+//! baseline's status. Every decision about the wall comes from `namespace-baseline-core`;
+//! this crate translates between the core and the Kubernetes API.
+
+pub mod cli;
+pub mod controller;
+pub mod crd;
+pub mod error;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod retry;
+pub mod run;
+pub mod state;
+pub mod status;
+pub mod telemetry;
+pub mod triggers;
+
+#[cfg(test)]
+mod deploy_tests;
+#[cfg(test)]
+mod fixtures;
+
+pub use error::{Error, ErrorClass, Result};
+
+use cli::{Cli, Command};
+
+/// Runs the command line: `run` (the default) or `crd`.
+pub async fn main(cli: Cli) -> Result<()> {
+    match cli.command.unwrap_or(Command::Run) {
+        Command::Crd => {
+            print!("{}", crd::yaml()?);
+            Ok(())
+        }
+        Command::Run => {
+            telemetry::init(cli.run.log_format)?;
+            run::run(cli.run).await
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Capped exponential backoff with jitter for transient failures, counted per object and
+//! reset by the first success.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+/// Retry delays: `base * 2^(attempt-1)` capped at `cap`, then "equal jitter" (a random
+/// point in the upper half), so that many failing objects do not retry in lockstep.
+#[derive(Debug)]
+pub struct Retries {
+    base: Duration,
+    cap: Duration,
+    /// A random point in `[0, 1)`.
+    jitter: fn() -> f64,
+    attempts: Mutex<HashMap<String, u32>>,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Self::new(Duration::from_millis(500), Duration::from_secs(120))
+    }
+}
+
+impl Retries {
+    pub fn new(base: Duration, cap: Duration) -> Self {
+        Self {
+            base,
+            cap,
+            jitter: rand::random::<f64>,
+            attempts: Mutex::default(),
+        }
+    }
+
+    /// Without jitter (for tests): every delay is the lower bound.
+    pub fn without_jitter(self) -> Self {
+        Self {
+            jitter: || 0.0,
+            ..self
+        }
+    }
+
+    /// Records one more failure of `key` and returns how long to wait before retrying.
+    pub fn failed(&self, key: &str) -> Duration {
+        let attempt = {
+            let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = attempts.entry(key.to_owned()).or_insert(0);
+            *count = count.saturating_add(1);
+            *count
+        };
+        self.delay(attempt, (self.jitter)())
+    }
+
+    /// Forgets the failures of `key`: its next failure starts again from `base`.
+    pub fn succeeded(&self, key: &str) {
+        self.attempts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
+    /// How many failures in a row `key` has had.
+    pub fn attempts(&self, key: &str) -> u32 {
+        self.attempts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The delay for the `attempt`-th failure in a row, with `jitter` in `[0, 1)`.
+    pub fn delay(&self, attempt: u32, jitter: f64) -> Duration {
+        let exponent = attempt.saturating_sub(1).min(31);
+        let ceiling = self
+            .base
+            .checked_mul(1u32 << exponent)
+            .map_or(self.cap, |delay| delay.min(self.cap));
+        let half = ceiling / 2;
+        half + half.mul_f64(jitter.clamp(0.0, 1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn retries() -> Retries {
+        Retries::new(Duration::from_secs(1), Duration::from_secs(60))
+    }
+
+    #[rstest]
+    #[case(1, 0.0, 500)]
+    #[case(1, 0.999, 999)]
+    #[case(2, 0.0, 1_000)]
+    #[case(3, 0.0, 2_000)]
+    #[case(7, 0.0, 30_000)]
+    #[case(8, 0.0, 30_000)]
+    #[case(40, 0.5, 45_000)]
+    fn delays_grow_exponentially_up_to_the_cap(
+        #[case] attempt: u32,
+        #[case] jitter: f64,
+        #[case] millis: u64,
+    ) {
+        assert_eq!(
+            retries().delay(attempt, jitter).as_millis(),
+            u128::from(millis)
+        );
+    }
+
+    #[test]
+    fn attempts_are_counted_per_object_and_reset_by_success() {
+        let retries = retries();
+        let first = retries.failed("a");
+        let second = retries.failed("a");
+        retries.failed("b");
+        assert_eq!(retries.attempts("a"), 2);
+        assert_eq!(retries.attempts("b"), 1);
+        assert!((Duration::from_millis(500)..Duration::from_secs(1)).contains(&first));
+        assert!((Duration::from_secs(1)..Duration::from_secs(2)).contains(&second));
+        retries.succeeded("a");
+        assert_eq!(retries.attempts("a"), 0);
+        assert!(retries.failed("a") < Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,109 @@
+//! Process-wide state, shared by every leadership term's controller and the HTTP server.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::leader::LeaderGate;
+use crate::metrics::Metrics;
+use crate::retry::Retries;
+
+#[derive(Debug)]
+pub struct State {
+    pub metrics: Metrics,
+    pub leader: Arc<LeaderGate>,
+    pub retries: Retries,
+    pub health: Health,
+}
+
+impl State {
+    pub fn new(leader: Arc<LeaderGate>) -> Self {
+        Self {
+            metrics: Metrics::default(),
+            leader,
+            retries: Retries::default(),
+            health: Health::default(),
+        }
+    }
+
+    /// Ready: the leadership state is known and, when leading, the caches are synced. A
+    /// standby that knows it is one is ready.
+    pub fn is_ready(&self) -> bool {
+        self.leader.is_known() && (!self.leader.is_leading() || self.health.caches_synced())
+    }
+}
+
+/// Liveness and cache state.
+#[derive(Debug)]
+pub struct Health {
+    started: Instant,
+    /// Milliseconds after `started` of the last heartbeat of the main loop.
+    heartbeat: AtomicU64,
+    caches_synced: AtomicBool,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            heartbeat: AtomicU64::new(0),
+            caches_synced: AtomicBool::new(false),
+        }
+    }
+}
+
+/// How often the main loop beats, and how long a silence means it is stuck.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Health {
+    /// The main loop (leadership and controller) is making progress.
+    pub fn beat(&self) {
+        let elapsed = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.heartbeat.store(elapsed, Ordering::Release);
+    }
+
+    pub fn is_alive(&self) -> bool {
+        let last = Duration::from_millis(self.heartbeat.load(Ordering::Acquire));
+        self.started.elapsed().saturating_sub(last) < HEARTBEAT_TIMEOUT
+    }
+
+    pub fn set_caches_synced(&self, synced: bool) {
+        self.caches_synced.store(synced, Ordering::Release);
+    }
+
+    pub fn caches_synced(&self) -> bool {
+        self.caches_synced.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn liveness_follows_the_heartbeat() {
+        let health = Health::default();
+        health.beat();
+        assert!(health.is_alive());
+        tokio::time::advance(HEARTBEAT_TIMEOUT + Duration::from_secs(1)).await;
+        assert!(!health.is_alive());
+        health.beat();
+        assert!(health.is_alive());
+    }
+
+    #[test]
+    fn readiness_needs_known_leadership_and_synced_caches_when_leading() {
+        let standby = State::new(Arc::new(LeaderGate::elected(Duration::from_secs(10))));
+        assert!(!standby.is_ready(), "leadership unknown");
+        standby.leader.set_elected(false);
+        assert!(standby.is_ready(), "a known standby is ready");
+
+        let single = State::new(Arc::new(LeaderGate::always()));
+        assert!(!single.is_ready(), "leading without caches");
+        single.health.set_caches_synced(true);
+        assert!(single.is_ready());
+    }
+}

@@ -1,0 +1,288 @@
+//! What a NamespaceBaseline's status should say after a reconcile, and whether that differs
+//! from what it says now. Pure: the controller decides whether to write from [`changed`].
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use namespace_baseline_core::spec::{Mode, NamespaceBaselineStatus};
+
+use crate::error::{Error, ErrorClass};
+
+pub const READY: &str = "Ready";
+pub const DEGRADED: &str = "Degraded";
+
+/// Why a reconcile did not complete, as the status tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub class: ErrorClass,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl From<&Error> for Failure {
+    fn from(error: &Error) -> Self {
+        Self {
+            class: error.class(),
+            reason: error.reason(),
+            message: error.report(),
+        }
+    }
+}
+
+/// What one reconcile found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The `metadata.generation` the reconcile acted on.
+    pub generation: Option<i64>,
+    pub mode: Mode,
+    /// Namespaces matched by the selector.
+    pub namespaces: u32,
+    /// NetworkPolicy writes (applies and deletes) made.
+    pub objects_applied: u32,
+    /// Wall objects that still differ from the desired wall after this reconcile: in
+    /// `Audit` mode everything found missing, drifted or unwanted; in `Enforce` mode what
+    /// could not be repaired (0 when the reconcile succeeded).
+    pub drifted: u32,
+    pub failure: Option<Failure>,
+}
+
+/// The status `report` calls for. Conditions keep their `lastTransitionTime` from
+/// `previous` unless their status flips, so an unchanged outcome yields an equal status.
+pub fn desired(
+    previous: Option<&NamespaceBaselineStatus>,
+    report: &Report,
+    now: &Time,
+) -> NamespaceBaselineStatus {
+    let (ready, degraded) = conditions(report);
+    let previous_conditions = previous.map_or(&[][..], |status| &status.conditions[..]);
+    let stamp = |(status, reason, message): (bool, &str, String), type_: &str| {
+        let status = if status { "True" } else { "False" };
+        let last_transition_time = previous_conditions
+            .iter()
+            .find(|condition| condition.type_ == type_ && condition.status == status)
+            .map_or_else(
+                || now.clone(),
+                |condition| condition.last_transition_time.clone(),
+            );
+        Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: report.generation,
+            last_transition_time,
+        }
+    };
+    NamespaceBaselineStatus {
+        observed_generation: report.generation,
+        namespaces: report.namespaces,
+        objects_applied: report.objects_applied,
+        drifted: Some(report.drifted),
+        conditions: vec![stamp(ready, READY), stamp(degraded, DEGRADED)],
+    }
+}
+
+/// Whether writing `desired` would change anything.
+pub fn changed(
+    previous: Option<&NamespaceBaselineStatus>,
+    desired: &NamespaceBaselineStatus,
+) -> bool {
+    previous != Some(desired)
+}
+
+type ConditionText = (bool, &'static str, String);
+
+fn conditions(report: &Report) -> (ConditionText, ConditionText) {
+    let namespaces = plural(report.namespaces, "namespace");
+    if let Some(failure) = &report.failure {
+        let message = match failure.class {
+            ErrorClass::Permanent => {
+                format!("{}; not retried until the spec changes", failure.message)
+            }
+            ErrorClass::Transient => format!("{}; retrying", failure.message),
+        };
+        return (
+            (false, failure.reason, message.clone()),
+            (true, failure.reason, message),
+        );
+    }
+    match report.mode {
+        Mode::Enforce => (
+            (
+                true,
+                "WallInPlace",
+                format!("the wall is in place in {namespaces}"),
+            ),
+            (false, "AsExpected", "no failure".to_owned()),
+        ),
+        Mode::Audit => {
+            let drifted = plural(report.drifted, "object");
+            let ready = (
+                true,
+                "Audited",
+                format!(
+                    "audit mode: {namespaces} checked, {drifted} differing from the wall, nothing written"
+                ),
+            );
+            let degraded = if report.drifted > 0 {
+                (
+                    true,
+                    "DriftDetected",
+                    format!("{drifted} differing from the wall, left as found (audit mode)"),
+                )
+            } else {
+                (false, "AsExpected", "no drift".to_owned())
+            };
+            (ready, degraded)
+        }
+    }
+}
+
+fn plural(count: u32, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn time(seconds: i64) -> Time {
+        Time(Timestamp::from_second(seconds).unwrap())
+    }
+
+    fn report() -> Report {
+        Report {
+            generation: Some(3),
+            mode: Mode::Enforce,
+            namespaces: 2,
+            objects_applied: 4,
+            drifted: 0,
+            failure: None,
+        }
+    }
+
+    fn condition<'a>(status: &'a NamespaceBaselineStatus, type_: &str) -> &'a Condition {
+        status.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn a_converged_enforce_reconcile_is_ready() {
+        let status = desired(None, &report(), &time(100));
+        assert_eq!(status.observed_generation, Some(3));
+        assert_eq!(status.namespaces, 2);
+        assert_eq!(status.objects_applied, 4);
+        assert_eq!(status.drifted, Some(0));
+        let ready = condition(&status, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "WallInPlace")
+        );
+        assert_eq!(ready.message, "the wall is in place in 2 namespaces");
+        assert_eq!(ready.observed_generation, Some(3));
+        assert_eq!(ready.last_transition_time, time(100));
+        assert_eq!(condition(&status, DEGRADED).status, "False");
+    }
+
+    #[test]
+    fn the_same_outcome_later_is_no_change() {
+        let first = desired(None, &report(), &time(100));
+        let again = desired(Some(&first), &report(), &time(200));
+        assert_eq!(again, first);
+        assert!(!changed(Some(&first), &again));
+    }
+
+    #[test]
+    fn a_new_count_is_a_change_but_keeps_transition_times() {
+        let first = desired(None, &report(), &time(100));
+        let converged = Report {
+            objects_applied: 0,
+            ..report()
+        };
+        let next = desired(Some(&first), &converged, &time(200));
+        assert!(changed(Some(&first), &next));
+        assert_eq!(condition(&next, READY).last_transition_time, time(100));
+    }
+
+    #[test]
+    fn a_flip_moves_the_transition_time_only_of_the_flipped_condition() {
+        let first = desired(None, &report(), &time(100));
+        let failed = Report {
+            failure: Some(Failure {
+                class: ErrorClass::Permanent,
+                reason: "Forbidden",
+                message: "applying NetworkPolicy a/b: denied (Forbidden, 403)".into(),
+            }),
+            ..report()
+        };
+        let next = desired(Some(&first), &failed, &time(200));
+        let ready = condition(&next, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "Forbidden")
+        );
+        assert_eq!(ready.last_transition_time, time(200));
+        assert!(ready.message.contains("not retried until the spec changes"));
+        let degraded = condition(&next, DEGRADED);
+        assert_eq!(degraded.status, "True");
+        assert_eq!(degraded.last_transition_time, time(200));
+        // Failing again the same way writes nothing new.
+        assert!(!changed(
+            Some(&next),
+            &desired(Some(&next), &failed, &time(300))
+        ));
+    }
+
+    #[test]
+    fn a_transient_failure_says_it_is_retrying() {
+        let failed = Report {
+            failure: Some(Failure {
+                class: ErrorClass::Transient,
+                reason: "ServerError",
+                message: "boom".into(),
+            }),
+            ..report()
+        };
+        let status = desired(None, &failed, &time(1));
+        assert_eq!(condition(&status, READY).message, "boom; retrying");
+    }
+
+    #[test]
+    fn audit_mode_reports_drift_as_degraded() {
+        let audit = Report {
+            mode: Mode::Audit,
+            objects_applied: 0,
+            drifted: 1,
+            namespaces: 1,
+            ..report()
+        };
+        let status = desired(None, &audit, &time(1));
+        assert_eq!(status.drifted, Some(1));
+        let ready = condition(&status, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "Audited")
+        );
+        assert_eq!(
+            ready.message,
+            "audit mode: 1 namespace checked, 1 object differing from the wall, nothing written"
+        );
+        let degraded = condition(&status, DEGRADED);
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "DriftDetected")
+        );
+    }
+
+    #[test]
+    fn the_status_round_trips_through_json_unchanged() {
+        // What the API server returns must compare equal to what we wrote, or every
+        // reconcile would write again.
+        let status = desired(None, &report(), &time(100));
+        let json = serde_json::to_value(&status).unwrap();
+        let back: NamespaceBaselineStatus = serde_json::from_value(json).unwrap();
+        assert!(!changed(Some(&back), &status));
+    }
+}
