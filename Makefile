@@ -40,9 +40,10 @@ fmt-check:
 lint:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
+# The cluster tests need a control plane: they run in `cluster-tests`.
 .PHONY: unit-tests
 unit-tests:
-	$(CARGO) test --workspace --locked
+	$(CARGO) test --workspace --exclude namespace-baseline-cluster-tests --locked
 
 # Every fixture through the built module in a real waPC host (wasmtime), then through
 # kwctl when it is installed.
@@ -52,8 +53,30 @@ e2e-tests: policy.wasm
 	@if command -v bats >/dev/null; then POLICY_WASM=policy.wasm bats e2e-tests/kwctl.bats; \
 	else echo "!! bats not found: e2e-tests/kwctl.bats not run (install bats)"; fi
 
+# The reconciler against a real kube-apiserver + etcd built from Go modules (or the
+# cluster of TEST_KUBECONFIG): CRD, RBAC, drift repair, leader election, request counts.
+.PHONY: cluster-tests
+cluster-tests:
+	e2e-tests/cluster-tests.sh
+
+.PHONY: control-plane
+control-plane:
+	e2e-tests/control-plane/build.sh
+
 .PHONY: test
-test: fmt-check lint unit-tests e2e-tests
+test: fmt-check lint unit-tests e2e-tests cluster-tests
+
+# deploy/crd.yaml is generated from the Rust types; a reconciler test fails when stale.
+.PHONY: crd
+crd:
+	$(CARGO) run -q -p namespace-baseline-reconciler --bin crdgen --locked > deploy/crd.yaml
+
+.PHONY: bench-policy
+bench-policy: policy.wasm
+	$(CARGO) bench -p namespace-baseline-e2e --bench policy --locked
+
+.PHONY: bench
+bench: bench-policy
 
 .PHONY: clean
 clean:

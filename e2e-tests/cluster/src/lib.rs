@@ -1,0 +1,1029 @@
+//! Harness for the cluster end-to-end tests: a real kube-apiserver (started by
+//! `e2e-tests/cluster-tests.sh`, or any cluster given by `TEST_KUBECONFIG`), the generated CRD
+//! and the RBAC of `deploy/`, and the reconciler binary run as its own ServiceAccount.
+//!
+//! Isolation: every reconciler acts on every NamespaceBaseline, so the tests run one at a
+//! time (`--test-threads=1`), each starts from a cluster without baselines
+//! ([`Cluster::connect`] removes them) and uses names unique to the run (namespaces cannot be
+//! deleted without a controller-manager). Each test starts its own reconciler process(es) and
+//! kills them when they go out of scope.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::future::Future;
+use std::io::{Read, Seek, SeekFrom, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Scope, pinned_kind};
+use kube::runtime::watcher;
+use kube::{Client, Config, ResourceExt};
+use namespace_baseline_core::identity::{
+    self, RECONCILER_NAMESPACE, RECONCILER_SERVICE_ACCOUNT, managed_selector,
+};
+use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub use namespace_baseline_core::identity::{FIELD_MANAGER, deny_all_policy_name, dns_policy_name};
+
+/// The admin kubeconfig of the cluster under test.
+pub const ENV_KUBECONFIG: &str = "TEST_KUBECONFIG";
+/// The API server's JSON audit log (Metadata level, one event per request).
+pub const ENV_AUDIT_LOG: &str = "NSB_AUDIT_LOG";
+/// `1`: run against a cluster whose audit log is out of reach, skipping (loudly) the
+/// assertions that need it.
+pub const ENV_SKIP_AUDIT: &str = "NSB_SKIP_AUDIT";
+/// The reconciler binary (`cargo build -p namespace-baseline-reconciler`).
+pub const ENV_RECONCILER_BIN: &str = "NSB_RECONCILER_BIN";
+
+/// The field manager the harness applies its own objects with.
+pub const TEST_MANAGER: &str = "nsb-e2e";
+/// The label key the tests' namespaces carry; each scenario has its own value.
+pub const SCENARIO_LABEL: &str = "e2e.hedronite.io/scenario";
+
+/// Repository root (the workspace), for `deploy/`.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Polls `check` every 50 ms until it yields `Some`, or fails after `timeout` with the last
+/// error seen. Returns the value and the time it took.
+pub async fn wait_until<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut check: F,
+) -> Result<(T, Duration)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let started = Instant::now();
+    let mut last_error = None;
+    loop {
+        match check().await {
+            Ok(Some(value)) => return Ok((value, started.elapsed())),
+            Ok(None) => {}
+            Err(error) => last_error = Some(error),
+        }
+        if started.elapsed() >= timeout {
+            let detail =
+                last_error.map_or_else(String::new, |error| format!(" (last error: {error:#})"));
+            bail!("timed out after {timeout:?} waiting for {what}{detail}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A short identifier of this test run, so names never collide with earlier runs on the same
+/// API server (namespaces are never really deleted without a controller-manager).
+fn run_id() -> String {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        // Seconds in base 36 (7 characters for the next decades), then 2 of the pid.
+        let mut n = now.as_secs();
+        let mut text = String::new();
+        while n > 0 {
+            let digit = u32::try_from(n % 36).unwrap_or(0);
+            text.insert(0, char::from_digit(digit, 36).unwrap_or('0'));
+            n /= 36;
+        }
+        format!("{text}{:02x}", std::process::id() % 256)
+    })
+    .clone()
+}
+
+/// The cluster under test, with the CRD and the reconciler's RBAC applied.
+pub struct Cluster {
+    pub admin: Client,
+    admin_kubeconfig: Kubeconfig,
+    pub audit: Audit,
+    run: String,
+    work_dir: PathBuf,
+}
+
+impl Cluster {
+    /// Connects as admin, applies `deploy/crd.yaml` and `deploy/rbac.yaml` (server-side apply),
+    /// and removes every NamespaceBaseline left by an earlier test.
+    ///
+    /// Panics when `TEST_KUBECONFIG` is not set: a missing control plane must never look like
+    /// a pass.
+    pub async fn connect() -> Result<Self> {
+        let Some(path) = std::env::var_os(ENV_KUBECONFIG) else {
+            panic!(
+                "no control plane: run `make cluster-tests` (or e2e-tests/cluster-tests.sh) or set {ENV_KUBECONFIG}"
+            );
+        };
+        let admin_kubeconfig = Kubeconfig::read_from(&path)
+            .with_context(|| format!("reading {ENV_KUBECONFIG}={}", path.to_string_lossy()))?;
+        let admin = client_from(admin_kubeconfig.clone()).await?;
+        let run = run_id();
+        let work_dir = std::env::temp_dir().join(format!("nsb-cluster-tests-{run}"));
+        std::fs::create_dir_all(&work_dir)?;
+        let cluster = Self {
+            admin,
+            admin_kubeconfig,
+            audit: Audit::from_env(),
+            run,
+            work_dir,
+        };
+        cluster.install().await?;
+        cluster.remove_all_baselines().await?;
+        Ok(cluster)
+    }
+
+    /// Names unique to this run and `scenario`.
+    pub fn scenario(&self, scenario: &str) -> Scenario {
+        Scenario {
+            name: format!("e2e-{}-{scenario}", self.run),
+            label_value: format!("{}-{scenario}", self.run),
+            admin: self.admin.clone(),
+        }
+    }
+
+    async fn install(&self) -> Result<()> {
+        let root = repo_root();
+        for object in read_yaml_documents(&root.join("deploy/crd.yaml"))? {
+            self.apply(&object)
+                .await
+                .context("applying deploy/crd.yaml")?;
+        }
+        let crds: Api<CustomResourceDefinition> = Api::all(self.admin.clone());
+        let crd_name = format!("namespacebaselines.{}", identity::GROUP);
+        wait_until("the CRD to be established", Duration::from_secs(30), || {
+            let crds = crds.clone();
+            let crd_name = crd_name.clone();
+            async move {
+                let crd = crds.get(&crd_name).await?;
+                let established = crd
+                    .status
+                    .and_then(|status| status.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok(established.then_some(()))
+            }
+        })
+        .await?;
+        // The namespace may or may not be part of rbac.yaml: make sure it exists first.
+        let namespaces: Api<Namespace> = Api::all(self.admin.clone());
+        namespaces
+            .patch(
+                RECONCILER_NAMESPACE,
+                &PatchParams::apply(TEST_MANAGER),
+                &Patch::Apply(json!({
+                    "apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": RECONCILER_NAMESPACE}
+                })),
+            )
+            .await
+            .context("creating the reconciler's namespace")?;
+        for object in read_yaml_documents(&root.join("deploy/rbac.yaml"))? {
+            self.apply(&object)
+                .await
+                .context("applying deploy/rbac.yaml")?;
+        }
+        Ok(())
+    }
+
+    /// Server-side applies one object given as JSON (any kind, discovered).
+    pub async fn apply(&self, object: &Value) -> Result<DynamicObject> {
+        let (api, name) = self.dynamic_api(object).await?;
+        api.patch(
+            &name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .with_context(|| format!("server-side apply of {} {name}", object["kind"]))
+    }
+
+    /// Creates one object given as JSON (any kind): the API server's verdict, unchanged (a
+    /// discovery failure comes back as `kube::Error::Service`).
+    pub async fn create(&self, object: &Value) -> Result<DynamicObject, kube::Error> {
+        let (api, _) = self
+            .dynamic_api(object)
+            .await
+            .map_err(|error| kube::Error::Service(error.into()))?;
+        let object: DynamicObject =
+            serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
+        api.create(&PostParams::default(), &object).await
+    }
+
+    async fn dynamic_api(&self, object: &Value) -> Result<(Api<DynamicObject>, String)> {
+        let api_version = object["apiVersion"].as_str().context("no apiVersion")?;
+        let kind = object["kind"].as_str().context("no kind")?;
+        let name = object["metadata"]["name"]
+            .as_str()
+            .context("no metadata.name")?;
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, capabilities) = pinned_kind(&self.admin, &gvk)
+            .await
+            .with_context(|| format!("discovering {api_version} {kind}"))?;
+        let api = match capabilities.scope {
+            Scope::Cluster => Api::all_with(self.admin.clone(), &resource),
+            Scope::Namespaced => {
+                let namespace = object["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("default");
+                Api::namespaced_with(self.admin.clone(), namespace, &resource)
+            }
+        };
+        Ok((api, name.to_owned()))
+    }
+
+    /// Deletes every NamespaceBaseline, removing finalizers no reconciler is left to honour.
+    pub async fn remove_all_baselines(&self) -> Result<()> {
+        let api = self.baselines();
+        for baseline in api.list(&ListParams::default()).await? {
+            let name = baseline.name_any();
+            if !baseline.finalizers().is_empty() {
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                )
+                .await?;
+            }
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        wait_until("all baselines to be gone", Duration::from_secs(10), || {
+            let api = api.clone();
+            async move {
+                Ok(api
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .is_empty()
+                    .then_some(()))
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub fn baselines(&self) -> Api<NamespaceBaseline> {
+        Api::all(self.admin.clone())
+    }
+
+    /// A kubeconfig holding a fresh TokenRequest token of the reconciler's ServiceAccount.
+    pub async fn reconciler_kubeconfig(&self) -> Result<PathBuf> {
+        let accounts: Api<ServiceAccount> =
+            Api::namespaced(self.admin.clone(), RECONCILER_NAMESPACE);
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..TokenRequestSpec::default()
+            }),
+            ..TokenRequest::default()
+        };
+        let token = accounts
+            .create_token_request(RECONCILER_SERVICE_ACCOUNT, &PostParams::default(), &request)
+            .await
+            .context("TokenRequest for the reconciler's ServiceAccount")?
+            .status
+            .context("TokenRequest without status")?
+            .token;
+        let context = self
+            .admin_kubeconfig
+            .current_context
+            .clone()
+            .or_else(|| {
+                self.admin_kubeconfig
+                    .contexts
+                    .first()
+                    .map(|c| c.name.clone())
+            })
+            .context("admin kubeconfig without a context")?;
+        let cluster_name = self
+            .admin_kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == context)
+            .and_then(|c| c.context.as_ref())
+            .map(|c| c.cluster.clone())
+            .context("admin kubeconfig: current context not found")?;
+        let cluster = self
+            .admin_kubeconfig
+            .clusters
+            .iter()
+            .find(|c| c.name == cluster_name)
+            .context("admin kubeconfig: cluster not found")?;
+        let kubeconfig = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": serde_json::to_value(cluster.cluster.as_ref())?}],
+            "users": [{"name": RECONCILER_SERVICE_ACCOUNT, "user": {"token": token}}],
+            "contexts": [{"name": "reconciler", "context": {
+                "cluster": "e2e", "user": RECONCILER_SERVICE_ACCOUNT, "namespace": RECONCILER_NAMESPACE}}],
+            "current-context": "reconciler",
+        });
+        let path = self.work_dir.join("reconciler.kubeconfig");
+        std::fs::write(&path, serde_yaml::to_string(&kubeconfig)?)?;
+        Ok(path)
+    }
+
+    /// A client authenticated as the reconciler's ServiceAccount.
+    pub async fn reconciler_client(&self) -> Result<Client> {
+        let path = self.reconciler_kubeconfig().await?;
+        client_from(Kubeconfig::read_from(path)?).await
+    }
+
+    /// Starts the reconciler binary as its ServiceAccount with `args` after `run` (a free
+    /// `--listen` port is added), logs to a file printed if the test fails.
+    pub async fn start_reconciler(&self, instance: &str, args: &[&str]) -> Result<Reconciler> {
+        let binary = std::env::var_os(ENV_RECONCILER_BIN).unwrap_or_else(|| {
+            panic!("{ENV_RECONCILER_BIN} is not set: build the reconciler (`cargo build -p namespace-baseline-reconciler`) and point {ENV_RECONCILER_BIN} at it (e2e-tests/cluster-tests.sh does both)")
+        });
+        let kubeconfig = self.reconciler_kubeconfig().await?;
+        let port = free_port()?;
+        let log = self.work_dir.join(format!("reconciler-{instance}.log"));
+        let file = std::fs::File::create(&log)?;
+        let mut command = Command::new(&binary);
+        command
+            .arg("run")
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("POD_NAME", instance)
+            .env("POD_NAMESPACE", RECONCILER_NAMESPACE)
+            .env(
+                "RUST_LOG",
+                std::env::var("NSB_RECONCILER_LOG")
+                    .unwrap_or_else(|_| "info,namespace_baseline_reconciler=debug".to_owned()),
+            )
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file);
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", Path::new(&binary).display()))?;
+        let reconciler = Reconciler {
+            child: Some(child),
+            instance: instance.to_owned(),
+            log,
+            port,
+            started: Instant::now(),
+        };
+        eprintln!(
+            "started reconciler {instance} (pid {}, port {port}, log {})",
+            reconciler.pid(),
+            reconciler.log.display()
+        );
+        // Ready: leadership known and, when leading, caches synced (its initial LISTs done).
+        wait_until(
+            "the reconciler to be ready (/readyz)",
+            Duration::from_secs(30),
+            || {
+                let result = reconciler
+                    .check_alive()
+                    .and_then(|()| http_get(port, "/readyz"));
+                async move { Ok(result.ok().filter(|(code, _)| *code == 200).map(|_| ())) }
+            },
+        )
+        .await
+        .with_context(|| reconciler.log_tail(40))?;
+        Ok(reconciler)
+    }
+}
+
+async fn client_from(kubeconfig: Kubeconfig) -> Result<Client> {
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Every YAML document of a file, as JSON (empty documents skipped).
+pub fn read_yaml_documents(path: &Path) -> Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut documents = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(&text) {
+        let value =
+            Value::deserialize(document).with_context(|| format!("parsing {}", path.display()))?;
+        if !value.is_null() {
+            documents.push(value);
+        }
+    }
+    Ok(documents)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A minimal HTTP/1.1 GET on localhost: status code and body.
+pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .context("malformed HTTP response")?;
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    Ok((code, body.to_owned()))
+}
+
+/// One scenario's names: its baseline names, namespaces and label.
+pub struct Scenario {
+    /// Prefix of every name in the scenario (also the first baseline's name).
+    pub name: String,
+    /// The value of [`SCENARIO_LABEL`] that puts namespaces behind this scenario's baselines.
+    pub label_value: String,
+    admin: Client,
+}
+
+impl Scenario {
+    /// `namespaceLabel` selecting this scenario's walled namespaces.
+    pub fn selector(&self) -> String {
+        format!("{SCENARIO_LABEL}={}", self.label_value)
+    }
+
+    /// A namespace name in this scenario.
+    pub fn namespace(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.name)
+    }
+
+    /// Creates namespaces with the given labels, 10 at a time.
+    pub async fn create_namespaces(
+        &self,
+        names: &[String],
+        labels: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        let api: Api<Namespace> = Api::all(self.admin.clone());
+        stream::iter(names.iter().cloned())
+            .map(|name| {
+                let api = api.clone();
+                let labels = labels.clone();
+                async move {
+                    let namespace = Namespace {
+                        metadata: kube::api::ObjectMeta {
+                            name: Some(name.clone()),
+                            labels: Some(labels),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    };
+                    api.create(&PostParams::default(), &namespace)
+                        .await
+                        .with_context(|| format!("creating namespace {name}"))
+                }
+            })
+            .buffer_unordered(10)
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+
+    /// The labels that put a namespace behind this scenario's baselines.
+    pub fn walled_labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(SCENARIO_LABEL.to_owned(), self.label_value.clone())])
+    }
+
+    /// Labels of the same key but another value: not walled.
+    pub fn other_labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(
+            SCENARIO_LABEL.to_owned(),
+            format!("{}-not", self.label_value),
+        )])
+    }
+
+    /// Labels or unlabels a namespace (merge patch; `None` removes the label).
+    pub async fn set_namespace_label(&self, namespace: &str, value: Option<&str>) -> Result<()> {
+        let api: Api<Namespace> = Api::all(self.admin.clone());
+        api.patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {SCENARIO_LABEL: value}}})),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Best-effort cleanup of the scenario's namespaces (they stay Terminating without a
+    /// namespace controller, which is harmless: their names are unique to the run).
+    pub async fn delete_namespaces(&self, names: &[String]) {
+        let api: Api<Namespace> = Api::all(self.admin.clone());
+        for name in names {
+            let _ = api.delete(name, &DeleteParams::default()).await;
+        }
+    }
+}
+
+/// A managed NetworkPolicy, or `None` when absent.
+pub async fn get_policy(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<NetworkPolicy>> {
+    let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
+    Ok(api.get_opt(name).await?)
+}
+
+/// Every NetworkPolicy carrying the managed-by label in `namespace`.
+pub async fn managed_policies(client: &Client, namespace: &str) -> Result<Vec<NetworkPolicy>> {
+    let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
+    Ok(api
+        .list(&ListParams::default().labels(&managed_selector()))
+        .await?
+        .items)
+}
+
+/// The spec of a policy as JSON (what the API server returned, nothing normalised).
+pub fn spec_json(policy: &NetworkPolicy) -> Value {
+    serde_json::to_value(&policy.spec).unwrap_or(Value::Null)
+}
+
+/// The deny-all spec, written out independently of the core: what the API server must hold.
+pub fn expected_deny_all_spec() -> Value {
+    json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]})
+}
+
+/// The default DNS door spec, written out independently of the core.
+pub fn expected_dns_spec() -> Value {
+    json!({
+        "podSelector": {},
+        "policyTypes": ["Egress"],
+        "egress": [{
+            "to": [{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}
+            }],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+        }]
+    })
+}
+
+/// The labels a managed policy of `baseline` must carry.
+pub fn expected_labels(baseline: &str) -> BTreeMap<String, String> {
+    identity::managed_labels(baseline)
+}
+
+/// Whether `policy` is exactly the wall's `expected` spec with the managed labels of
+/// `baseline`; `Err` says how it differs.
+pub fn check_policy(policy: &NetworkPolicy, baseline: &str, expected: &Value) -> Result<()> {
+    let actual = spec_json(policy);
+    ensure!(
+        &actual == expected,
+        "{}/{}: spec {actual} differs from {expected}",
+        policy.namespace().unwrap_or_default(),
+        policy.name_any()
+    );
+    let labels = policy.labels();
+    for (key, value) in expected_labels(baseline) {
+        ensure!(
+            labels.get(&key) == Some(&value),
+            "{}: label {key}={value} missing",
+            policy.name_any()
+        );
+    }
+    Ok(())
+}
+
+/// A baseline's Ready condition: (status, reason, message).
+pub fn condition(
+    status: &NamespaceBaselineStatus,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// A status as observed, with the generation of the object that carried it.
+type Observed = (Option<i64>, NamespaceBaselineStatus);
+
+/// Every status a baseline went through, recorded from a watch (a status that lasts a few
+/// milliseconds, like `objectsApplied: 100` before the next reconcile resets it, is seen).
+pub struct StatusLog {
+    seen: Arc<Mutex<Vec<Observed>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StatusLog {
+    pub fn watch(cluster: &Cluster, baseline: &str) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let api = cluster.baselines();
+        let config = watcher::Config::default().fields(&format!("metadata.name={baseline}"));
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut events = watcher(api, config).boxed();
+            while let Some(event) = events.next().await {
+                if let Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event
+                    && let Some(status) = object.status
+                {
+                    sink.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push((object.metadata.generation, status));
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// The first recorded status satisfying `predicate` (given the generation).
+    pub fn find(
+        &self,
+        predicate: impl Fn(Option<i64>, &NamespaceBaselineStatus) -> bool,
+    ) -> Option<NamespaceBaselineStatus> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(generation, status)| predicate(*generation, status))
+            .map(|(_, status)| status.clone())
+    }
+
+    pub fn history(&self) -> Vec<NamespaceBaselineStatus> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(_, status)| status.clone())
+            .collect()
+    }
+}
+
+impl Drop for StatusLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A reconciler process; killed (SIGKILL) when dropped, its log printed if the test failed.
+pub struct Reconciler {
+    child: Option<Child>,
+    pub instance: String,
+    pub log: PathBuf,
+    pub port: u16,
+    pub started: Instant,
+}
+
+impl Reconciler {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// `Err` when the process has exited (with its log tail).
+    pub fn check_alive(&self) -> Result<()> {
+        // `try_wait` needs `&mut`; ask the kernel instead.
+        let alive = Path::new(&format!("/proc/{}", self.pid())).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
+                .is_ok_and(|stat| stat.split_whitespace().nth(2) == Some("Z"));
+        if alive {
+            Ok(())
+        } else {
+            Err(anyhow!(
+                "reconciler {} exited\n{}",
+                self.instance,
+                self.log_tail(40)
+            ))
+        }
+    }
+
+    pub fn http(&self, path: &str) -> Result<(u16, String)> {
+        http_get(self.port, path)
+    }
+
+    /// The value of a Prometheus metric line (exact name with labels), 0 when absent.
+    pub fn metric(&self, series: &str) -> Result<f64> {
+        let (code, body) = self.http("/metrics")?;
+        ensure!(code == 200, "/metrics answered {code}");
+        Ok(body
+            .lines()
+            .find_map(|line| {
+                let (name, value) = line.rsplit_once(' ')?;
+                (name == series).then(|| value.parse().ok()).flatten()
+            })
+            .unwrap_or(0.0))
+    }
+
+    /// SIGKILL, as a crash or an evicted pod.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits up to 25 s for a clean exit; returns the exit status.
+    pub async fn stop(&mut self) -> Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("already stopped")?;
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()?;
+        ensure!(status.success(), "kill -TERM failed");
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if started.elapsed() > Duration::from_secs(25) {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "reconciler {} did not exit within 25 s of SIGTERM",
+                    self.instance
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = self.log_text();
+        let all: Vec<&str> = text.lines().collect();
+        let start = all.len().saturating_sub(lines);
+        let mut out = format!(
+            "--- last {} lines of {} ---\n",
+            all.len() - start,
+            self.log.display()
+        );
+        for line in &all[start..] {
+            let _ = writeln!(out, "{line}");
+        }
+        out
+    }
+}
+
+impl Drop for Reconciler {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("reconciler {}:\n{}", self.instance, self.log_tail(200));
+        }
+    }
+}
+
+/// The API server's audit log, read from byte offsets.
+pub struct Audit {
+    path: Option<PathBuf>,
+    skip: bool,
+}
+
+/// A position in the audit log: events after it are the ones counted.
+#[derive(Debug, Clone, Copy)]
+pub struct AuditMark(u64);
+
+/// One request, as the audit log tells it (Metadata level).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    #[serde(rename = "auditID")]
+    pub audit_id: String,
+    pub stage: String,
+    pub verb: String,
+    pub user: AuditUser,
+    #[serde(default)]
+    pub user_agent: String,
+    #[serde(default)]
+    pub object_ref: Option<ObjectRef>,
+    #[serde(default)]
+    pub response_status: Option<ResponseStatus>,
+    #[serde(rename = "requestURI", default)]
+    pub request_uri: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct AuditUser {
+    #[serde(default)]
+    pub username: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    #[serde(default)]
+    pub resource: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub subresource: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResponseStatus {
+    #[serde(default)]
+    pub code: Option<u16>,
+}
+
+impl AuditEvent {
+    pub fn resource(&self) -> &str {
+        self.object_ref.as_ref().map_or("", |r| r.resource.as_str())
+    }
+
+    pub fn subresource(&self) -> Option<&str> {
+        self.object_ref
+            .as_ref()
+            .and_then(|r| r.subresource.as_deref())
+    }
+
+    pub fn code(&self) -> Option<u16> {
+        self.response_status.as_ref().and_then(|s| s.code)
+    }
+
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+
+    /// `verb resource[/subresource] namespace/name -> code`, for reports.
+    pub fn describe(&self) -> String {
+        let object = self.object_ref.clone().unwrap_or_default();
+        let subresource = object
+            .subresource
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        format!(
+            "{} {}{subresource} {}/{} -> {}",
+            self.verb,
+            object.resource,
+            object.namespace.unwrap_or_default(),
+            object.name.unwrap_or_default(),
+            self.code()
+                .map_or_else(|| "?".to_owned(), |c| c.to_string())
+        )
+    }
+}
+
+impl Audit {
+    fn from_env() -> Self {
+        Self {
+            path: std::env::var_os(ENV_AUDIT_LOG).map(PathBuf::from),
+            skip: std::env::var(ENV_SKIP_AUDIT).is_ok_and(|v| v == "1"),
+        }
+    }
+
+    pub fn mark(&self) -> AuditMark {
+        AuditMark(
+            self.path
+                .as_ref()
+                .and_then(|path| std::fs::metadata(path).ok())
+                .map_or(0, |meta| meta.len()),
+        )
+    }
+
+    /// The requests made by `username` after `mark`, one per audit ID (a watch logs two
+    /// stages). `None` only when the audit log is unavailable and `NSB_SKIP_AUDIT=1` says
+    /// that is fine; otherwise a missing audit log fails the test.
+    pub fn requests_since(&self, mark: AuditMark, username: &str) -> Option<Vec<AuditEvent>> {
+        let Some(path) = self.path.as_ref().filter(|path| path.exists()) else {
+            assert!(
+                self.skip,
+                "no audit log: this assertion counts API requests in the API server's audit log; set {ENV_AUDIT_LOG} to it (e2e-tests/cluster-tests.sh does), or set {ENV_SKIP_AUDIT}=1 to skip audit-based assertions on a cluster without one"
+            );
+            eprintln!(
+                "!! SKIPPED audit-based assertion ({ENV_SKIP_AUDIT}=1): request counts NOT verified"
+            );
+            return None;
+        };
+        let mut file = std::fs::File::open(path).expect("opening the audit log");
+        file.seek(SeekFrom::Start(mark.0))
+            .expect("seeking in the audit log");
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .expect("reading the audit log");
+        let mut by_id: BTreeMap<String, AuditEvent> = BTreeMap::new();
+        let mut order = Vec::new();
+        // Only complete lines: the API server may be writing the last one.
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        for line in complete.lines() {
+            let Ok(event) = serde_json::from_str::<AuditEvent>(line) else {
+                continue;
+            };
+            if event.user.username != username {
+                continue;
+            }
+            match by_id.get_mut(&event.audit_id) {
+                Some(existing) => {
+                    if event.stage == "ResponseComplete" {
+                        *existing = event;
+                    }
+                }
+                None => {
+                    order.push(event.audit_id.clone());
+                    by_id.insert(event.audit_id.clone(), event);
+                }
+            }
+        }
+        Some(
+            order
+                .into_iter()
+                .filter_map(|id| by_id.remove(&id))
+                .collect(),
+        )
+    }
+}
+
+/// The reconciler ServiceAccount's username.
+pub fn reconciler_username() -> String {
+    identity::reconciler_username()
+}
+
+/// Counts of requests by `verb resource[/subresource]`, for reports.
+pub fn tally(events: &[AuditEvent]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for event in events {
+        let key = match event.subresource() {
+            Some(sub) => format!("{} {}/{sub}", event.verb, event.resource()),
+            None => format!("{} {}", event.verb, event.resource()),
+        };
+        *counts.entry(key).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Requests that were refused for lack of permission (403): the RBAC was not enough.
+pub fn forbidden(events: &[AuditEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|event| event.code() == Some(403))
+        .map(AuditEvent::describe)
+        .collect()
+}
+
+/// Asks the API server whether the client's identity may do `verb` on `resource`.
+pub async fn can_i(
+    client: &Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    subresource: Option<&str>,
+    namespace: Option<&str>,
+) -> Result<bool> {
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.to_owned()),
+                group: Some(group.to_owned()),
+                resource: Some(resource.to_owned()),
+                subresource: subresource.map(str::to_owned),
+                namespace: namespace.map(str::to_owned),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|status| status.allowed))
+}
+
+/// The `(namespace, name)` of every managed policy of `baseline` (one cluster-wide list).
+pub async fn wall_of(client: &Client, baseline: &str) -> Result<BTreeSet<(String, String)>> {
+    let api: Api<NetworkPolicy> = Api::all(client.clone());
+    let selector = format!(
+        "{},{}={}",
+        managed_selector(),
+        identity::BASELINE_LABEL,
+        identity::baseline_label_value(baseline)
+    );
+    Ok(api
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .iter()
+        .map(|policy| (policy.namespace().unwrap_or_default(), policy.name_any()))
+        .collect())
+}

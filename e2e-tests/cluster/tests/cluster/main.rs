@@ -1,0 +1,16 @@
+//! End-to-end scenarios against a real kube-apiserver: the generated CRD, the RBAC of
+//! `deploy/rbac.yaml` and the reconciler binary run as its ServiceAccount.
+//!
+//! Run through `e2e-tests/cluster-tests.sh`: the tests share one API server and every
+//! reconciler acts on every baseline, so they run serially (`--test-threads=1`); each test
+//! starts from a cluster without NamespaceBaselines and uses names unique to the run.
+//! Key figures are printed as `FIGURE ...` lines (run with `--nocapture` to see them).
+
+mod common;
+mod s1_crd;
+mod s2_s3_wall;
+mod s4_quiet;
+mod s5_spec;
+mod s6_leader;
+mod s7_rbac;
+mod s8_invalid;

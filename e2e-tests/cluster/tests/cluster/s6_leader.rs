@@ -1,0 +1,165 @@
+//! Scenario 6: two replicas with leader election: only the Lease holder writes; when it is
+//! killed (SIGKILL, no release), the other takes over and repairs within the lease duration
+//! plus 2 s.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::Api;
+use kube::api::DeleteParams;
+use namespace_baseline_cluster_tests::{
+    Reconciler, deny_all_policy_name, expected_deny_all_spec, get_policy, reconciler_username,
+    spec_json, tally, wait_until,
+};
+use namespace_baseline_core::identity::RECONCILER_NAMESPACE;
+
+use crate::common::{
+    assert_rbac_was_enough, create_baseline, figure, namespaces, spec, start, wait_ready, wait_wall,
+};
+
+/// The reconciler's lease duration (reconciler/src/leader.rs).
+const LEASE_DURATION: Duration = Duration::from_secs(15);
+
+fn applied(reconciler: &Reconciler) -> f64 {
+    reconciler
+        .metric("namespace_baseline_objects_applied_total")
+        .unwrap_or(-1.0)
+}
+
+fn leading(reconciler: &Reconciler) -> f64 {
+    reconciler
+        .metric("namespace_baseline_leader")
+        .unwrap_or(-1.0)
+}
+
+async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+    leases
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|lease| lease.spec)
+        .and_then(|spec| spec.holder_identity)
+        .filter(|holder| !holder.is_empty())
+}
+
+#[tokio::test]
+async fn s6_only_the_leader_writes_and_the_standby_takes_over() {
+    let (cluster, names, mark) = start("s6").await;
+    let (walled, _) = namespaces(&names, 5, 0).await;
+    let baseline = names.name.clone();
+    let lease_name = format!("{}-lease", names.name);
+    let args = [
+        "--leader-election=true".to_owned(),
+        format!("--lease-name={lease_name}"),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a_name = format!("{}-a", names.name);
+    let b_name = format!("{}-b", names.name);
+    let mut a = cluster.start_reconciler(&a_name, &args).await.unwrap();
+    let mut b = cluster.start_reconciler(&b_name, &args).await.unwrap();
+    let leases: Api<Lease> = Api::namespaced(cluster.admin.clone(), RECONCILER_NAMESPACE);
+    let (first_holder, _) = wait_until("a lease holder", Duration::from_secs(20), || async {
+        Ok(holder(&leases, &lease_name).await)
+    })
+    .await
+    .unwrap();
+    assert!(
+        first_holder == a_name || first_holder == b_name,
+        "unknown holder {first_holder}"
+    );
+    let (leader, standby) = if first_holder == a_name {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+
+    let install = cluster.audit.mark();
+    create_baseline(&cluster, &baseline, spec(&names)).await;
+    wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
+    wait_ready(&cluster, &baseline, 5, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (leader_applied, standby_applied) = (applied(leader), applied(standby));
+    figure(
+        "s6",
+        format!(
+            "lease {lease_name} held by {first_holder}; leader metric: {} vs standby {}; objects applied: leader {leader_applied}, standby {standby_applied}",
+            leading(leader),
+            leading(standby)
+        ),
+    );
+    assert_eq!(
+        leader_applied, 10.0,
+        "the leader should have made the 10 writes"
+    );
+    assert_eq!(standby_applied, 0.0, "the standby wrote");
+    // Both replicas are the same ServiceAccount: the audit log must show exactly the
+    // leader's 10 NetworkPolicy writes, none more.
+    if let Some(events) = cluster
+        .audit
+        .requests_since(install, &reconciler_username())
+    {
+        let policy_writes = events
+            .iter()
+            .filter(|e| e.is_write() && e.resource() == "networkpolicies")
+            .count();
+        figure(
+            "s6",
+            format!(
+                "audit log: {policy_writes} NetworkPolicy writes by the ServiceAccount during the install (leader's counter: {leader_applied})"
+            ),
+        );
+        assert_eq!(policy_writes, 10, "{:?}", tally(&events));
+    }
+    assert_eq!(leading(standby), 0.0);
+    assert_eq!(
+        holder(&leases, &lease_name).await.as_deref(),
+        Some(first_holder.as_str())
+    );
+
+    // The leader dies without releasing the lease; the wall is breached at once.
+    leader.kill();
+    let killed = Instant::now();
+    let namespace = walled[0].clone();
+    let deny = deny_all_policy_name(&baseline);
+    let policies: Api<NetworkPolicy> = Api::namespaced(cluster.admin.clone(), &namespace);
+    let uid = policies.get(&deny).await.unwrap().metadata.uid;
+    policies
+        .delete(&deny, &DeleteParams::default())
+        .await
+        .unwrap();
+    let admin = cluster.admin.clone();
+    let (_, back_in) = wait_until(
+        "the standby to restore the policy",
+        LEASE_DURATION + Duration::from_secs(10),
+        || async {
+            Ok(get_policy(&admin, &namespace, &deny)
+                .await?
+                .filter(|p| p.metadata.uid != uid && spec_json(p) == expected_deny_all_spec()))
+        },
+    )
+    .await
+    .unwrap_or_else(|error| panic!("{error:#}\n{}", standby.log_tail(40)));
+    let new_holder = holder(&leases, &lease_name).await;
+    let since_kill = killed.elapsed();
+    figure(
+        "s6",
+        format!(
+            "leader killed (SIGKILL); deleted policy restored after {back_in:.2?} ({since_kill:.2?} after the kill; bound {:?}); lease now held by {new_holder:?}; standby applied {}",
+            LEASE_DURATION + Duration::from_secs(2),
+            applied(standby)
+        ),
+    );
+    assert_eq!(new_holder.as_deref(), Some(standby.instance.as_str()));
+    assert!(
+        applied(standby) >= 1.0,
+        "the restore was not made by the standby"
+    );
+    assert!(
+        back_in <= LEASE_DURATION + Duration::from_secs(2),
+        "took {back_in:?}"
+    );
+    standby.stop().await.unwrap();
+    assert_rbac_was_enough(&cluster, mark);
+}
