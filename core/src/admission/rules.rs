@@ -121,6 +121,9 @@ pub fn review_namespace_update(
         Ok(None) => Verdict::Allow,
         Ok(Some(baselines)) => baselines
             .iter()
+            // Only a baseline whose label key the namespace had can be left; skipping the
+            // others before parsing keeps a cluster with many baselines cheap to check.
+            .filter(|baseline| before.contains_key(label_key(&baseline.spec.namespace_label)))
             .filter_map(LiveBaseline::guard)
             .find(|guard| leaves(guard))
             .map_or(Verdict::Allow, |guard| deny(&guard)),
@@ -131,4 +134,11 @@ pub fn review_namespace_update(
             old.metadata.name
         )),
     }
+}
+
+/// The key part of a `namespaceLabel` (whether or not the rest is valid).
+fn label_key(namespace_label: &str) -> &str {
+    namespace_label
+        .split_once('=')
+        .map_or(namespace_label, |(key, _)| key)
 }
