@@ -59,6 +59,12 @@ e2e-tests: policy.wasm
 cluster-tests:
 	e2e-tests/cluster-tests.sh
 
+# cargo-fuzz targets for the policy (nightly + cargo-fuzz; .ci/run installs them).
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz
+fuzz:
+	fuzz/run.sh $(FUZZ_SECONDS)
+
 .PHONY: control-plane
 control-plane:
 	e2e-tests/control-plane/build.sh
