@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-60}
+# Pinned so a new nightly cannot break the build from one day to the next.
+toolchain=${FUZZ_TOOLCHAIN:-nightly-2026-10-29}
 targets=(validate_bytes validate_mutated_fixtures settings)
 
 seed() {
@@ -17,12 +19,12 @@ seed() {
 }
 
 seed
-cargo +nightly fuzz build -O
+cargo +"$toolchain" fuzz build -O
 summary=()
 for target in "${targets[@]}"; do
   echo ">> fuzzing $target for ${seconds}s"
   log=$(mktemp)
-  if ! cargo +nightly fuzz run -O "$target" -- -max_total_time="$seconds" -max_len=65536 \
+  if ! cargo +"$toolchain" fuzz run -O "$target" -- -max_total_time="$seconds" -max_len=65536 \
       -print_final_stats=1 >"$log" 2>&1; then
     tail -n 60 "$log"
     echo "!! $target found a crash (see fuzz/artifacts/$target)" >&2
