@@ -1,8 +1,9 @@
 //! The reconcile loop: reads a NamespaceBaseline and the cached cluster state, asks the core
 //! what the wall should be and what differs, and writes only those differences.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,13 +11,13 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use namespace_baseline_core::LabelSelector;
 use namespace_baseline_core::identity::{
@@ -327,24 +328,25 @@ async fn converge(baseline: &NamespaceBaseline, ctx: &Context) -> Converged {
             };
         }
     };
-    let plan = plan(
-        &baseline.name_any(),
-        &baseline.spec,
-        &selector,
-        &ctx.caches.namespaces.state(),
-        &ctx.caches.policies.state(),
-    );
-    report.namespaces = plan.namespaces;
-    let planned = plan.changes();
+    let name = baseline.name_any();
+    let namespaces = ctx.caches.namespaces.state();
+    let policies = ctx.caches.policies.state();
+    let planner = Planner::new(&name, &baseline.spec, &selector, &namespaces, &policies);
+    report.namespaces = planner.matched();
     if baseline.spec.mode == Mode::Audit {
-        report.drifted = planned;
+        report.drifted = planner
+            .writes()
+            .map(|(_, changes)| count(changes.len()))
+            .sum();
         return Converged {
             report,
             counts: Counts::default(),
             error: None,
         };
     }
-    let (counts, error) = apply(ctx, plan.writes).await;
+    // Changes are computed namespace by namespace as the writes go out: a first install over
+    // thousands of namespaces never holds every desired object at once.
+    let (counts, error) = apply(ctx, planner.writes()).await;
     report.objects_applied = counts.writes();
     report.drifted = counts.unapplied;
     report.failure = error.as_ref().map(Failure::from);
@@ -385,46 +387,87 @@ pub fn plan(
     namespaces: &[Arc<Namespace>],
     policies: &[Arc<NetworkPolicy>],
 ) -> Plan {
-    let mut ours = policies_by_namespace(baseline, policies);
-    let mut plan = Plan::default();
-    for namespace in namespaces {
-        if namespace.metadata.deletion_timestamp.is_some() || !selector.matches(namespace.labels())
-        {
-            continue;
-        }
-        plan.namespaces += 1;
-        let name = namespace.name_any();
-        let existing = ours.remove(&name).unwrap_or_default();
-        let changes = plan_namespace(desired_wall(baseline, &name, spec), &existing, true);
-        if !changes.is_empty() {
-            plan.writes.push((name, changes));
+    let planner = Planner::new(baseline, spec, selector, namespaces, policies);
+    Plan {
+        namespaces: planner.matched(),
+        writes: planner.writes().collect(),
+    }
+}
+
+/// [`plan`], one namespace at a time: the reconcile pulls a namespace's changes only when a
+/// write slot is free, so the desired objects of a large first install are never all in
+/// memory together.
+struct Planner<'a> {
+    baseline: &'a str,
+    spec: &'a NamespaceBaselineSpec,
+    selector: &'a LabelSelector,
+    namespaces: &'a [Arc<Namespace>],
+    ours: HashMap<&'a str, Vec<&'a NetworkPolicy>>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(
+        baseline: &'a str,
+        spec: &'a NamespaceBaselineSpec,
+        selector: &'a LabelSelector,
+        namespaces: &'a [Arc<Namespace>],
+        policies: &'a [Arc<NetworkPolicy>],
+    ) -> Self {
+        Self {
+            baseline,
+            spec,
+            selector,
+            namespaces,
+            ours: policies_by_namespace(baseline, policies),
         }
     }
-    let prune = spec.deletion_policy == DeletionPolicy::Delete;
-    for (name, existing) in ours {
-        let live = namespaces
+
+    fn live(namespace: &Namespace) -> bool {
+        namespace.metadata.deletion_timestamp.is_none()
+    }
+
+    /// Namespaces the selector matches (terminating ones excluded).
+    fn matched(&self) -> u32 {
+        count(
+            self.namespaces
+                .iter()
+                .filter(|ns| Self::live(ns) && self.selector.matches(ns.labels()))
+                .count(),
+        )
+    }
+
+    /// Non-empty change lists, by namespace: the wall where the selector matches; where it
+    /// no longer does, this baseline's policies (removed only under `Delete`).
+    fn writes(&self) -> impl Iterator<Item = (String, Vec<Change>)> + Send + '_ {
+        let prune = self.spec.deletion_policy == DeletionPolicy::Delete;
+        self.namespaces
             .iter()
-            .any(|ns| ns.name_any() == name && ns.metadata.deletion_timestamp.is_none());
-        if !live {
-            continue;
-        }
-        let changes = plan_namespace(Vec::new(), &existing, prune);
-        if !changes.is_empty() {
-            plan.writes.push((name, changes));
-        }
+            .filter(|namespace| Self::live(namespace))
+            .filter_map(move |namespace| {
+                let name = namespace.metadata.name.as_deref().unwrap_or_default();
+                let existing = self.ours.get(name).map_or(&[][..], Vec::as_slice);
+                let changes = if self.selector.matches(namespace.labels()) {
+                    plan_namespace(desired_wall(self.baseline, name, self.spec), existing, true)
+                } else if existing.is_empty() {
+                    return None;
+                } else {
+                    plan_namespace(Vec::new(), existing, prune)
+                };
+                (!changes.is_empty()).then(|| (name.to_owned(), changes))
+            })
     }
-    plan
 }
 
 /// The managed policies of `baseline`, by namespace: those carrying its baseline label, and
 /// those with its policy names (a tampered label is drift to repair, not a stranger).
+/// Keyed by borrowed names: at thousands of policies, a reconcile builds this on every run.
 fn policies_by_namespace<'a>(
     baseline: &str,
     policies: &'a [Arc<NetworkPolicy>],
-) -> BTreeMap<String, Vec<&'a NetworkPolicy>> {
+) -> HashMap<&'a str, Vec<&'a NetworkPolicy>> {
     let label = baseline_label_value(baseline);
     let names = [deny_all_policy_name(baseline), dns_policy_name(baseline)];
-    let mut ours: BTreeMap<String, Vec<&NetworkPolicy>> = BTreeMap::new();
+    let mut ours: HashMap<&str, Vec<&NetworkPolicy>> = HashMap::new();
     for policy in policies {
         let labels = policy.labels();
         if !claims_management(labels) {
@@ -435,7 +478,7 @@ fn policies_by_namespace<'a>(
                 .iter()
                 .any(|name| Some(name) == policy.metadata.name.as_ref());
         if let (true, Some(namespace)) = (belongs, &policy.metadata.namespace) {
-            ours.entry(namespace.clone())
+            ours.entry(namespace.as_str())
                 .or_default()
                 .push(policy.as_ref());
         }
@@ -444,9 +487,13 @@ fn policies_by_namespace<'a>(
 }
 
 /// Applies the writes, namespaces in parallel (at most `concurrency` at once), each
-/// namespace's changes in order. Every namespace is attempted; the error returned is a
-/// transient one if any (a retry will also retry the rest), else the first permanent one.
-async fn apply(ctx: &Context, writes: Vec<(String, Vec<Change>)>) -> (Counts, Option<Error>) {
+/// namespace's changes in order; `writes` is pulled as slots free up. Every namespace is
+/// attempted; the error returned is a transient one if any (a retry will also retry the
+/// rest), else the first permanent one.
+async fn apply(
+    ctx: &Context,
+    writes: impl Iterator<Item = (String, Vec<Change>)> + Send,
+) -> (Counts, Option<Error>) {
     let results: Vec<(Counts, Option<Error>)> = stream::iter(writes)
         .map(|(_, changes)| apply_namespace(ctx, changes))
         .buffer_unordered(ctx.settings.concurrency.max(1))
@@ -603,10 +650,15 @@ async fn clean_up(baseline: &NamespaceBaseline, ctx: &Context) -> Result<Action>
         let policies = ctx.caches.policies.state();
         let writes: Vec<_> = policies_by_namespace(&name, &policies)
             .into_iter()
-            .map(|(namespace, existing)| (namespace, plan_namespace(Vec::new(), &existing, true)))
+            .map(|(namespace, existing)| {
+                (
+                    namespace.to_owned(),
+                    plan_namespace(Vec::new(), &existing, true),
+                )
+            })
             .filter(|(_, changes)| !changes.is_empty())
             .collect();
-        let (counts, error) = apply(ctx, writes).await;
+        let (counts, error) = apply(ctx, writes.into_iter()).await;
         ctx.state.metrics.objects_applied(counts.writes());
         if let Some(error) = error {
             return Err(error);
@@ -780,6 +832,53 @@ fn now() -> Time {
     Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
+/// What, in a baseline, calls for a reconcile: a new object (uid), a spec change
+/// (generation), its finalizers, its deletion. A status write (each reconcile that changes
+/// something makes one) does not: it would only run a second reconcile that finds nothing
+/// to do, at thousands of namespaces a full plan for nothing. Namespace and policy events
+/// and the resync still trigger as before.
+pub fn baseline_changes(baseline: &NamespaceBaseline) -> Option<u64> {
+    let metadata = baseline.meta();
+    let mut hasher = DefaultHasher::new();
+    metadata.uid.hash(&mut hasher);
+    metadata.generation.hash(&mut hasher);
+    metadata.finalizers.hash(&mut hasher);
+    metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|time| time.0.as_nanosecond())
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// What the namespace cache keeps: name, labels and deletion timestamp, all a plan or a
+/// trigger reads. At thousands of namespaces the rest (managed fields, annotations, spec,
+/// status, uid, resourceVersion) is most of the cache's memory. (The store's keys ignore
+/// uid and resourceVersion.)
+pub fn slim_namespace(namespace: &mut Namespace) {
+    let metadata = std::mem::take(&mut namespace.metadata);
+    namespace.metadata = ObjectMeta {
+        name: metadata.name,
+        labels: metadata.labels,
+        deletion_timestamp: metadata.deletion_timestamp,
+        ..ObjectMeta::default()
+    };
+    namespace.spec = None;
+    namespace.status = None;
+}
+
+/// What the policy cache keeps: identity, labels and spec, all the drift check compares.
+pub fn slim_policy(policy: &mut NetworkPolicy) {
+    let metadata = std::mem::take(&mut policy.metadata);
+    policy.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        labels: metadata.labels,
+        deletion_timestamp: metadata.deletion_timestamp,
+        ..ObjectMeta::default()
+    };
+}
+
 /// Runs the controller until `stop` resolves (shutdown or lost leadership), with watches
 /// on NamespaceBaselines, Namespaces and managed NetworkPolicies. The two caches feed both
 /// the reconcile and the triggers, so each resource is watched once.
@@ -801,11 +900,7 @@ pub async fn run(
             watcher::Config::default().any_semantic(),
         )
         .default_backoff()
-        .modify(|namespace| {
-            // The cache only needs names, labels and deletion timestamps.
-            namespace.managed_fields_mut().clear();
-            namespace.annotations_mut().clear();
-        })
+        .modify(slim_namespace)
         .reflect(namespace_writer)
         .inspect_ok(move |event| tracker.observe(ListTracker::NAMESPACES, event))
         .touched_objects()
@@ -819,10 +914,7 @@ pub async fn run(
                 .any_semantic(),
         )
         .default_backoff()
-        .modify(|policy| {
-            policy.managed_fields_mut().clear();
-            policy.annotations_mut().clear();
-        })
+        .modify(slim_policy)
         .reflect(policy_writer)
         .inspect_ok(move |event| tracker.observe(ListTracker::POLICIES, event))
         .touched_objects()
@@ -834,7 +926,8 @@ pub async fn run(
     .default_backoff()
     .reflect(baseline_writer)
     .inspect_ok(move |event| tracker.observe(ListTracker::BASELINES, event))
-    .applied_objects();
+    .applied_objects()
+    .predicate_filter(baseline_changes, PredicateConfig::default());
 
     let namespace_triggers = NamespaceTriggers::default();
     let for_namespace = {

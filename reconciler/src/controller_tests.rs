@@ -678,3 +678,111 @@ async fn caches_count_as_synced_once_every_watch_listed_and_wake_every_waiter() 
     }
     assert!(state.health.caches_synced());
 }
+
+/// The caches keep slimmed objects: planning over them must decide exactly as over the
+/// objects the API server sent, drift included.
+#[test]
+fn slimmed_caches_plan_like_the_full_objects() {
+    let decorate = |meta: &mut kube::api::ObjectMeta| {
+        meta.uid = Some("3f1e0c4a-uid".into());
+        meta.resource_version = Some("4242".into());
+        meta.creation_timestamp = Some(Time(Timestamp::from_second(1_700_000_000).unwrap()));
+        meta.annotations = Some([("note".to_owned(), "x".to_owned())].into());
+        meta.managed_fields = Some(vec![Default::default()]);
+        meta.generation = Some(3);
+    };
+    let mut leaving = namespace("team-c", &[("baseline", "guarded")]);
+    leaving.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    let full_namespaces: Vec<_> = [
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "guarded")]),
+        namespace("other", &[("baseline", "open")]),
+        leaving,
+    ]
+    .into_iter()
+    .map(|mut ns| {
+        decorate(&mut ns.metadata);
+        ns.spec = Some(k8s_openapi::api::core::v1::NamespaceSpec {
+            finalizers: Some(vec!["kubernetes".into()]),
+        });
+        ns
+    })
+    .collect();
+    let delete = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    // team-a converged, team-b drifted (allow-all egress slipped in), other left the baseline.
+    let mut full_policies = full_wall(&seed(), &["team-a", "team-b", "other"]);
+    full_policies[2].spec.as_mut().unwrap().egress = Some(vec![Default::default()]);
+    for policy in &mut full_policies {
+        decorate(&mut policy.metadata);
+    }
+    let slim_namespaces: Vec<_> = full_namespaces
+        .iter()
+        .cloned()
+        .map(|mut ns| {
+            slim_namespace(&mut ns);
+            ns
+        })
+        .collect();
+    let slim_policies: Vec<_> = full_policies
+        .iter()
+        .cloned()
+        .map(|mut policy| {
+            slim_policy(&mut policy);
+            policy
+        })
+        .collect();
+    assert!(slim_namespaces.iter().all(|ns| ns.metadata.uid.is_none()
+        && ns.spec.is_none()
+        && ns.metadata.annotations.is_none()));
+    for spec in [seed(), delete] {
+        let selector = spec.validate().unwrap();
+        let full = plan(
+            "guarded",
+            &spec,
+            &selector,
+            &arcs(&full_namespaces),
+            &arcs(&full_policies),
+        );
+        let slim = plan(
+            "guarded",
+            &spec,
+            &selector,
+            &arcs(&slim_namespaces),
+            &arcs(&slim_policies),
+        );
+        assert_eq!(full, slim);
+        assert_eq!(slim.namespaces, 2);
+        assert!(!slim.writes.is_empty());
+    }
+}
+
+fn arcs<T: Clone>(objects: &[T]) -> Vec<Arc<T>> {
+    objects.iter().cloned().map(Arc::new).collect()
+}
+
+/// Status writes do not trigger another reconcile; a spec change, a finalizer, a deletion
+/// or a new object of the same name do.
+#[test]
+fn only_spec_finalizers_deletion_and_identity_trigger_a_baseline_reconcile() {
+    let original = baseline("guarded", seed());
+    let hash = |b: &NamespaceBaseline| baseline_changes(b).unwrap();
+    let mut status_only = converged(original.clone(), 3);
+    status_only.metadata.resource_version = Some("101".into());
+    status_only.metadata.labels = Some([("team".to_owned(), "net".to_owned())].into());
+    assert_eq!(hash(&status_only), hash(&original));
+
+    let mut respecified = original.clone();
+    respecified.metadata.generation = Some(2);
+    let mut finalized = original.clone();
+    finalized.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+    let mut deleted = original.clone();
+    deleted.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    let mut recreated = original.clone();
+    recreated.metadata.uid = Some("uid-guarded-2".into());
+    for changed in [respecified, finalized, deleted, recreated] {
+        assert_ne!(hash(&changed), hash(&original));
+    }
+}

@@ -81,6 +81,7 @@ impl BaselineSource for NativeCluster {
 
 struct Prepared {
     class: &'static str,
+    baselines: Option<usize>,
     settings: Value,
     request: Value,
     payload: Vec<u8>,
@@ -98,6 +99,7 @@ fn prepare(case: &Case) -> Prepared {
     let list = json!({"apiVersion": "hedronite.io/v1alpha1", "kind": "NamespaceBaselineList", "metadata": {}, "items": items});
     Prepared {
         class: case.class,
+        baselines: case.baselines,
         payload: serde_json::to_vec(
             &json!({"settings": fixture["settings"], "request": fixture["request"]}),
         )
@@ -169,6 +171,12 @@ fn main() {
         group.bench_function(BenchmarkId::from_parameter("native"), |b| {
             b.iter(|| namespace_baseline_policy::evaluate(&case.payload, &case.native).unwrap())
         });
+        if case.baselines.is_some() {
+            // Where the context-aware time goes: reading the host's answer alone.
+            group.bench_function(BenchmarkId::from_parameter("native-read-baselines"), |b| {
+                b.iter(|| case.native.baselines().unwrap())
+            });
+        }
         group.finish();
     }
     criterion.final_summary();
@@ -208,5 +216,12 @@ fn main() {
             native_mad / 1e3,
             wasm_median / native_median
         );
+        if case.baselines.is_some() {
+            let (read, _) = estimate("native-read-baselines");
+            println!(
+                "{:<30} {:>14} {:>14} {:>11.2} µs {:>14} {:>7.0}%",
+                "  of which: read the list", "", "", read / 1e3, "", 100.0 * read / native_median
+            );
+        }
     }
 }

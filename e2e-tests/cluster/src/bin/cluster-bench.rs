@@ -1,0 +1,717 @@
+//! cluster-bench: the reconciler's performance against a real kube-apiserver.
+//!
+//! For each size N: N namespaces carrying a scenario label (created in parallel before any
+//! timer starts), then, with one reconciler process running as its ServiceAccount:
+//!
+//! 1. convergence: create a NamespaceBaseline, time until every wall object is seen by a
+//!    watch and the status says Ready for N namespaces; the reconciler's requests by verb
+//!    (audit log); repeated (`--reps`, the walls of the previous baseline removed between);
+//! 2. memory: the reconciler's VmRSS / VmHWM once converged;
+//! 3. steady state: requests over two resync intervals;
+//! 4. drift repair: delete a managed policy (`--samples` times, spread over namespaces), time
+//!    until a watch sees it again;
+//! 5. startup: restart the process on the converged cluster, time to /readyz and to the first
+//!    reconcile, and the writes it makes;
+//! 6. new namespace: label a namespace, time until both wall objects are seen.
+//!
+//! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50]
+//! [--startups 3] [--resync 5] [--create-concurrency 32] [--out FILE]
+//! [-- reconciler args...]`. Needs TEST_KUBECONFIG and NSB_RECONCILER_BIN; NSB_AUDIT_LOG for
+//! request counts; NSB_APISERVER_PID / NSB_ETCD_PID (the control plane's env) for CPU time.
+//! `e2e-tests/cluster-bench.sh` builds, starts a fresh control plane per size and runs it.
+
+#[path = "cluster_bench/observe.rs"]
+mod observe;
+#[path = "cluster_bench/process.rs"]
+mod process;
+#[path = "cluster_bench/report.rs"]
+mod report;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use namespace_baseline_cluster_tests::{
+    AuditMark, Cluster, ENV_AUDIT_LOG, Scenario, deny_all_policy_name, dns_policy_name,
+    reconciler_username,
+};
+use namespace_baseline_core::identity::{BASELINE_LABEL, baseline_label_value, managed_selector};
+use namespace_baseline_core::spec::NamespaceBaseline;
+use serde_json::json;
+
+use observe::{BaselineWatch, Key, PolicyWatch, is_ready};
+use process::{CpuMeter, Memory, Reconciler, mib};
+use report::{Requests, Row, Samples, Verdict, ms};
+
+const LARGE_SIZE: usize = 5_000;
+
+struct Options {
+    sizes: Vec<usize>,
+    reps: usize,
+    samples: usize,
+    startups: usize,
+    resync_secs: u64,
+    create_concurrency: usize,
+    out: Option<PathBuf>,
+    reconciler_args: Vec<String>,
+}
+
+impl Options {
+    fn parse() -> Result<Self> {
+        let mut options = Self {
+            sizes: vec![100, 1_000],
+            reps: 3,
+            samples: 50,
+            startups: 3,
+            resync_secs: 5,
+            create_concurrency: 32,
+            out: None,
+            reconciler_args: Vec::new(),
+        };
+        let mut large = std::env::var("NSB_BENCH_LARGE").is_ok_and(|v| v == "1");
+        let mut sizes = None;
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
+                None => (arg.clone(), None),
+            };
+            let mut value = || -> Result<String> {
+                inline
+                    .clone()
+                    .or_else(|| args.next())
+                    .with_context(|| format!("{flag} needs a value"))
+            };
+            match flag.as_str() {
+                "--large" => large = true,
+                "--sizes" => {
+                    sizes = Some(
+                        value()?
+                            .split(',')
+                            .map(|size| size.trim().parse::<usize>())
+                            .collect::<Result<Vec<_>, _>>()
+                            .context("--sizes: comma-separated namespace counts")?,
+                    );
+                }
+                "--reps" => options.reps = value()?.parse()?,
+                "--samples" => options.samples = value()?.parse()?,
+                "--startups" => options.startups = value()?.parse()?,
+                "--resync" => options.resync_secs = value()?.parse()?,
+                "--create-concurrency" => options.create_concurrency = value()?.parse()?,
+                "--out" => options.out = Some(value()?.into()),
+                "--" => {
+                    options.reconciler_args.extend(args.by_ref());
+                }
+                "-h" | "--help" => {
+                    println!(
+                        "cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50] [--startups 3] [--resync 5] [--create-concurrency 32] [--out FILE] [-- reconciler args]"
+                    );
+                    std::process::exit(0);
+                }
+                other => bail!("unknown argument {other} (try --help)"),
+            }
+        }
+        match sizes {
+            Some(sizes) => options.sizes = sizes,
+            None if large => options.sizes.push(LARGE_SIZE),
+            None => {}
+        }
+        if options.reps == 0 || options.samples == 0 || options.sizes.contains(&0) {
+            bail!("--reps, --samples and sizes must be positive");
+        }
+        Ok(options)
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let options = Options::parse()?;
+    let cluster = Cluster::connect().await?;
+    let version = cluster.admin.apiserver_version().await?;
+    let machine = machine();
+    println!(
+        "== cluster-bench: sizes {:?}, {} convergence reps, {} samples, resync {} s, reconciler args {:?}",
+        options.sizes, options.reps, options.samples, options.resync_secs, options.reconciler_args
+    );
+    println!(
+        "== machine: {machine}; kube-apiserver {}",
+        version.git_version
+    );
+    let mut rows = Vec::new();
+    for &size in &options.sizes {
+        let started = Instant::now();
+        println!("\n== N = {size}");
+        let size_rows = bench_size(&cluster, &options, size)
+            .await
+            .with_context(|| format!("benchmark with {size} namespaces"))?;
+        for row in &size_rows {
+            println!("{}", row.markdown());
+        }
+        println!(
+            "== N = {size} done in {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+        rows.extend(size_rows);
+    }
+    println!("\n{}", report::table(&rows));
+    if let Some(out) = &options.out {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out)
+            .with_context(|| format!("opening {}", out.display()))?;
+        for row in &rows {
+            writeln!(file, "{}", row.markdown())?;
+        }
+    }
+    let missed = rows.iter().filter(|r| r.verdict == Verdict::Missed).count();
+    println!("\n== {missed} target(s) missed");
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("MemTotal:"))
+                .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or_else(String::new, |kib| format!(", {:.1} GiB", mib(kib) / 1024.0));
+    format!("{cpus} vCPU{memory}")
+}
+
+/// Everything measured for one size.
+async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Vec<Row>> {
+    let scenario = cluster.scenario(&format!("bench{n}"));
+    let walled: Vec<String> = (0..n)
+        .map(|i| scenario.namespace(&format!("g{i:05}")))
+        .collect();
+    let fresh: Vec<String> = (0..options.samples)
+        .map(|i| scenario.namespace(&format!("new{i:03}")))
+        .collect();
+    let mut rows = Vec::new();
+
+    let started = Instant::now();
+    create_namespaces(
+        &cluster.admin,
+        &walled,
+        &scenario.walled_labels(),
+        options.create_concurrency,
+    )
+    .await?;
+    create_namespaces(
+        &cluster.admin,
+        &fresh,
+        &scenario.other_labels(),
+        options.create_concurrency,
+    )
+    .await?;
+    let setup = started.elapsed();
+    eprintln!(
+        "   created {} namespaces in {:.1} s",
+        walled.len() + fresh.len(),
+        setup.as_secs_f64()
+    );
+    rows.push(Row {
+        what: format!(
+            "setup: create namespaces ({} at a time, admin)",
+            options.create_concurrency
+        ),
+        size: n,
+        median: ms(setup.as_secs_f64() * 1e3),
+        spread: "-".to_owned(),
+        target: "-".to_owned(),
+        verdict: Verdict::Info,
+        detail: format!("{} namespaces", walled.len() + fresh.len()),
+    });
+
+    let policies = PolicyWatch::start(cluster.admin.clone()).await?;
+    let statuses = BaselineWatch::start(cluster.admin.clone());
+    let mut args = vec![
+        format!("--resync-interval={}s", options.resync_secs),
+        format!("--lease-name={}-lease", scenario.name),
+    ];
+    args.extend(options.reconciler_args.iter().cloned());
+    let mut reconciler = Reconciler::spawn(cluster, &format!("bench{n}-a"), &args).await?;
+    reconciler
+        .wait_started(false, Duration::from_secs(60))
+        .await?;
+    // The audit log is written after the responses: let the startup's requests land before
+    // the first mark.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // 1. Convergence, repeated; the last baseline stays for the next phases.
+    let expected = 2 * n;
+    let mut times = Vec::new();
+    let mut details = Vec::new();
+    let mut all_writes_ok = true;
+    let mut converged_memory = None;
+    let mut baseline = String::new();
+    for rep in 1..=options.reps {
+        baseline = format!("{}-r{rep}", scenario.name);
+        let label = baseline_label_value(&baseline);
+        let mark = cluster.audit.mark();
+        let cpu = CpuMeter::start(reconciler.pid());
+        let before = reconciler.reconcile_time()?;
+        let t0 = Instant::now();
+        create_baseline(cluster, &baseline, &scenario).await?;
+        let deadline = Duration::from_secs(30) + Duration::from_millis(30) * u32::try_from(n)?;
+        let (walls_at, ready_at) = loop {
+            let walls = (policies.count(&label) >= expected)
+                .then(|| policies.last_applied(&label))
+                .flatten();
+            let ready = statuses.first_after(&baseline, t0, |generation, status| {
+                is_ready(generation, status, u32::try_from(n).unwrap_or(u32::MAX))
+            });
+            if let (Some(walls), Some((ready, _))) = (walls, &ready) {
+                break (walls, *ready);
+            }
+            if t0.elapsed() > deadline {
+                bail!(
+                    "convergence of {n} namespaces: not done after {deadline:?} ({} of {expected} objects, ready: {})",
+                    policies.count(&label),
+                    ready.is_some()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let converged = walls_at.max(ready_at) - t0;
+        let cpu = cpu.describe();
+        // Settle: the reconcile triggered by its own writes finds everything in place.
+        let settled = wait_for(Duration::from_secs(10), || {
+            statuses
+                .first_after(&baseline, t0, |generation, status| {
+                    is_ready(generation, status, u32::try_from(n).unwrap_or(u32::MAX))
+                        && status.objects_applied == 0
+                })
+                .is_some()
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = reconciler.reconcile_time()?;
+        if rep == 1 {
+            converged_memory = Some(reconciler.memory()?);
+        }
+        let requests = requests_since(cluster, mark);
+        let writes_ok = requests
+            .as_ref()
+            .is_none_or(|r| r.policy_writes == expected && r.lists == 0 && r.throttled == 0);
+        all_writes_ok &= writes_ok;
+        let detail = format!(
+            "rep {rep}: {} (walls {}, Ready {}); {}; reconciles {} taking {} in all; {}{}",
+            ms(converged.as_secs_f64() * 1e3),
+            ms((walls_at - t0).as_secs_f64() * 1e3),
+            ms((ready_at - t0).as_secs_f64() * 1e3),
+            requests
+                .as_ref()
+                .map_or_else(|| "no audit log".to_owned(), Requests::describe),
+            after.0 - before.0,
+            ms((after.1 - before.1) * 1e3),
+            cpu,
+            if settled {
+                ""
+            } else {
+                "; NOT settled (objectsApplied never 0)"
+            }
+        );
+        eprintln!("   convergence {detail}");
+        if let Some(requests) = &requests {
+            eprintln!("     requests: {}", requests.by_verb);
+        }
+        times.push(converged);
+        details.push(detail);
+        if rep < options.reps {
+            remove_baseline_and_wall(cluster, &policies, &baseline, &walled).await?;
+        }
+    }
+    let samples = Samples::new(&times);
+    let target_time = n == 1_000;
+    let time_ok = !target_time || samples.p(50.0) <= 5_000.0;
+    rows.push(Row {
+        what: "convergence: baseline created → every wall seen + status Ready".to_owned(),
+        size: n,
+        median: samples.median(),
+        spread: samples.spread(),
+        target: if target_time {
+            "≤ 5 s; policy writes = 2N; no LIST".to_owned()
+        } else {
+            "policy writes = 2N; no LIST".to_owned()
+        },
+        verdict: Verdict::of(time_ok && all_writes_ok),
+        detail: details.join(" ;; "),
+    });
+    let memory = converged_memory.context("no convergence rep")?;
+    rows.push(memory_row(
+        "memory: reconciler RSS once converged (first rep)",
+        n,
+        memory,
+    ));
+
+    // 2. Steady state.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mark = cluster.audit.mark();
+    let before = reconciler.successful_reconciles()?;
+    let window = Duration::from_secs(2 * options.resync_secs + 1);
+    tokio::time::sleep(window).await;
+    let resyncs = reconciler.successful_reconciles()? - before;
+    let requests = requests_since(cluster, mark);
+    let per_resync = |count: usize| {
+        // Counts stay far below 2^52.
+        #[allow(clippy::cast_precision_loss)]
+        let count = count as f64;
+        count / resyncs.max(1.0)
+    };
+    let steady_ok = resyncs >= 1.0
+        && requests
+            .as_ref()
+            .is_none_or(|r| r.writes() == 0 && r.lists == 0);
+    rows.push(Row {
+        what: format!(
+            "steady state: requests per resync (resync {} s, window {} s)",
+            options.resync_secs,
+            window.as_secs()
+        ),
+        size: n,
+        median: requests.as_ref().map_or_else(
+            || "n/a".to_owned(),
+            |r| {
+                format!(
+                    "{:.1} req, {:.1} writes",
+                    per_resync(r.total - r.lease),
+                    per_resync(r.writes())
+                )
+            },
+        ),
+        spread: format!("{resyncs} resyncs"),
+        target: "0 writes, no LIST".to_owned(),
+        verdict: Verdict::of(steady_ok),
+        detail: format!(
+            "{}; {}",
+            requests
+                .as_ref()
+                .map_or_else(|| "no audit log".to_owned(), Requests::describe),
+            reconciler.memory()?.describe()
+        ),
+    });
+
+    // 3. Drift repair.
+    let mark = cluster.audit.mark();
+    let cpu = CpuMeter::start(reconciler.pid());
+    let before = reconciler.reconcile_time()?;
+    let mut latencies = Vec::new();
+    let mut failures = 0;
+    let samples_n = options.samples;
+    for i in 0..samples_n {
+        let namespace = &walled[i * n / samples_n];
+        let name = if i % 2 == 0 {
+            deny_all_policy_name(&baseline)
+        } else {
+            dns_policy_name(&baseline)
+        };
+        let key: Key = (namespace.clone(), name.clone());
+        let api: Api<NetworkPolicy> = Api::namespaced(cluster.admin.clone(), namespace);
+        let t0 = Instant::now();
+        api.delete(&name, &DeleteParams::default()).await?;
+        let back = wait_value(Duration::from_secs(10), || policies.back_after(&key, t0)).await;
+        match back {
+            Some(at) => latencies.push(at - t0),
+            None => {
+                failures += 1;
+                latencies.push(Duration::from_secs(10));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cpu = cpu.describe();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = reconciler.reconcile_time()?;
+    let requests = requests_since(cluster, mark);
+    let samples = Samples::new(&latencies);
+    rows.push(Row {
+        what: "drift repair: managed policy deleted → seen again".to_owned(),
+        size: n,
+        median: samples.median(),
+        spread: samples.spread(),
+        target: "p99 ≤ 1 s".to_owned(),
+        verdict: Verdict::of(failures == 0 && samples.p(99.0) <= 1_000.0),
+        detail: format!(
+            "{} deletions, {failures} not repaired within 10 s; {}; reconciles {} taking {} in all (resyncs included); {cpu}",
+            samples.len(),
+            requests
+                .as_ref()
+                .map_or_else(|| "no audit log".to_owned(), Requests::describe),
+            after.0 - before.0,
+            ms((after.1 - before.1) * 1e3),
+        ),
+    });
+
+    // 4. Startup on the converged cluster.
+    let mut ready_times = Vec::new();
+    let mut reconciled_times = Vec::new();
+    let mut startup_writes = 0;
+    let mut startup_details = Vec::new();
+    let mut startup_memory = None;
+    let mut startup_ready = true;
+    for k in 1..=options.startups {
+        reconciler.stop().await?;
+        let mark = cluster.audit.mark();
+        let mut next = Reconciler::spawn(cluster, &format!("bench{n}-s{k}"), &args).await?;
+        let startup = next.wait_started(true, Duration::from_secs(60)).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let status = cluster
+            .baselines()
+            .get(&baseline)
+            .await?
+            .status
+            .context("no status")?;
+        let generation = cluster
+            .baselines()
+            .get(&baseline)
+            .await?
+            .metadata
+            .generation;
+        let ready = is_ready(generation, &status, u32::try_from(n)?);
+        let requests = requests_since(cluster, mark);
+        startup_writes += requests.as_ref().map_or(0, Requests::writes);
+        startup_memory = Some(next.memory()?);
+        startup_details.push(format!(
+            "start {k}: ready {}, reconciled {}, status Ready {ready}; {}",
+            ms(startup.ready.as_secs_f64() * 1e3),
+            ms(startup.reconciled.as_secs_f64() * 1e3),
+            requests
+                .as_ref()
+                .map_or_else(|| "no audit log".to_owned(), Requests::describe)
+        ));
+        startup_ready &= ready;
+        ready_times.push(startup.ready);
+        reconciled_times.push(startup.reconciled);
+        reconciler = next;
+    }
+    let ready_samples = Samples::new(&ready_times);
+    let reconciled_samples = Samples::new(&reconciled_times);
+    rows.push(Row {
+        what: "startup on a converged cluster: spawn → leading and /readyz 200".to_owned(),
+        size: n,
+        median: ready_samples.median(),
+        spread: ready_samples.spread(),
+        target: "-".to_owned(),
+        verdict: Verdict::Info,
+        detail: startup_details.join(" ;; "),
+    });
+    rows.push(Row {
+        what: "startup on a converged cluster: spawn → first reconcile done (status Ready)"
+            .to_owned(),
+        size: n,
+        median: reconciled_samples.median(),
+        spread: reconciled_samples.spread(),
+        target: "0 writes (lease excluded)".to_owned(),
+        verdict: Verdict::of(startup_writes == 0 && startup_ready),
+        detail: format!(
+            "writes in all {} starts: {startup_writes}; status Ready after each: {startup_ready}",
+            options.startups
+        ),
+    });
+    if let Some(memory) = startup_memory {
+        rows.push(memory_row(
+            "memory: reconciler RSS after a restart on the converged cluster",
+            n,
+            memory,
+        ));
+    }
+
+    // 5. New namespaces.
+    let mark = cluster.audit.mark();
+    let before = reconciler.reconcile_time()?;
+    let mut latencies = Vec::new();
+    let mut failures = 0;
+    for namespace in &fresh {
+        let keys: [Key; 2] = [
+            (namespace.clone(), deny_all_policy_name(&baseline)),
+            (namespace.clone(), dns_policy_name(&baseline)),
+        ];
+        let t0 = Instant::now();
+        scenario
+            .set_namespace_label(namespace, Some(&scenario.label_value))
+            .await?;
+        let done = wait_value(Duration::from_secs(10), || {
+            let first = policies.applied_after(&keys[0], t0)?;
+            let second = policies.applied_after(&keys[1], t0)?;
+            Some(first.max(second))
+        })
+        .await;
+        match done {
+            Some(at) => latencies.push(at - t0),
+            None => {
+                failures += 1;
+                latencies.push(Duration::from_secs(10));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = reconciler.reconcile_time()?;
+    let requests = requests_since(cluster, mark);
+    let samples = Samples::new(&latencies);
+    rows.push(Row {
+        what: "new namespace: label set → both wall objects seen".to_owned(),
+        size: n,
+        median: samples.median(),
+        spread: samples.spread(),
+        target: "p99 ≤ 1 s".to_owned(),
+        verdict: Verdict::of(failures == 0 && samples.p(99.0) <= 1_000.0),
+        detail: format!(
+            "{} namespaces labelled, {failures} not walled within 10 s; {}; reconciles {} taking {} in all (resyncs included); {}",
+            samples.len(),
+            requests
+                .as_ref()
+                .map_or_else(|| "no audit log".to_owned(), Requests::describe),
+            after.0 - before.0,
+            ms((after.1 - before.1) * 1e3),
+            reconciler.memory()?.describe()
+        ),
+    });
+    reconciler.stop().await?;
+    Ok(rows)
+}
+
+fn memory_row(what: &str, n: usize, memory: Memory) -> Row {
+    let target = n >= LARGE_SIZE;
+    Row {
+        what: what.to_owned(),
+        size: n,
+        median: format!("{:.1} MiB", mib(memory.rss_kib)),
+        spread: format!("HWM {:.1} MiB", mib(memory.hwm_kib)),
+        target: if target {
+            "≤ 64 MiB".to_owned()
+        } else {
+            "-".to_owned()
+        },
+        verdict: if target {
+            Verdict::of(mib(memory.rss_kib) <= 64.0)
+        } else {
+            Verdict::Info
+        },
+        detail: memory.describe(),
+    }
+}
+
+/// The reconciler's requests since `mark`, when the audit log is known.
+fn requests_since(cluster: &Cluster, mark: AuditMark) -> Option<Requests> {
+    std::env::var_os(ENV_AUDIT_LOG)?;
+    cluster
+        .audit
+        .requests_since(mark, &reconciler_username())
+        .map(|events| Requests::of(&events))
+}
+
+async fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    wait_value(timeout, || check().then_some(()))
+        .await
+        .is_some()
+}
+
+/// Polls `check` (in memory: no request) every 2 ms until it yields a value.
+async fn wait_value<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return Some(value);
+        }
+        if started.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn create_namespaces(
+    client: &Client,
+    names: &[String],
+    labels: &BTreeMap<String, String>,
+    concurrency: usize,
+) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    stream::iter(names.iter().cloned())
+        .map(|name| {
+            let api = api.clone();
+            let namespace = Namespace {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.clone()),
+                    labels: Some(labels.clone()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            async move {
+                api.create(&PostParams::default(), &namespace)
+                    .await
+                    .with_context(|| format!("creating namespace {name}"))
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+async fn create_baseline(cluster: &Cluster, name: &str, scenario: &Scenario) -> Result<()> {
+    let object: NamespaceBaseline = serde_json::from_value(json!({
+        "apiVersion": "hedronite.io/v1alpha1",
+        "kind": "NamespaceBaseline",
+        "metadata": {"name": name},
+        "spec": {"namespaceLabel": scenario.selector()},
+    }))?;
+    cluster
+        .baselines()
+        .create(&PostParams::default(), &object)
+        .await
+        .with_context(|| format!("creating baseline {name}"))?;
+    Ok(())
+}
+
+/// Deletes a baseline (`Orphan`: its wall stays) and then, as the admin, its wall, one
+/// collection per namespace; waits until the watch has seen every object go.
+async fn remove_baseline_and_wall(
+    cluster: &Cluster,
+    policies: &PolicyWatch,
+    baseline: &str,
+    namespaces: &[String],
+) -> Result<()> {
+    cluster
+        .baselines()
+        .delete(baseline, &DeleteParams::default())
+        .await?;
+    let label = baseline_label_value(baseline);
+    let selector = format!("{},{BASELINE_LABEL}={label}", managed_selector());
+    stream::iter(namespaces.iter().cloned())
+        .map(|namespace| {
+            let api: Api<NetworkPolicy> = Api::namespaced(cluster.admin.clone(), &namespace);
+            let selector = selector.clone();
+            async move {
+                api.delete_collection(
+                    &DeleteParams::default(),
+                    &ListParams::default().labels(&selector),
+                )
+                .await
+                .with_context(|| format!("removing the wall in {namespace}"))
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    if !wait_for(Duration::from_secs(60), || policies.count(&label) == 0).await {
+        bail!("the wall of {baseline} was not gone within 60 s");
+    }
+    // Let the reconciler's caches take in the deletions too.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok(())
+}
