@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 WASM_TARGET := wasm32-wasip1
 POLICY_PACKAGE := namespace-baseline-policy
-POLICY_ARTIFACT := target/$(WASM_TARGET)/release/namespace_baseline_policy.wasm
+POLICY_ARTIFACT := $(or $(CARGO_TARGET_DIR),target)/$(WASM_TARGET)/release/namespace_baseline_policy.wasm
 FIXTURES := e2e-tests/fixtures
 
 .PHONY: all
@@ -70,7 +70,7 @@ control-plane:
 	e2e-tests/control-plane/build.sh
 
 .PHONY: test
-test: fmt-check lint unit-tests e2e-tests cluster-tests
+test: fmt-check lint unit-tests e2e-tests cluster-tests manifests-check
 
 # deploy/crd.yaml is generated from the Rust types; a reconciler test fails when stale.
 .PHONY: crd
@@ -88,3 +88,21 @@ bench: bench-policy
 clean:
 	$(CARGO) clean
 	rm -f policy.wasm annotated-policy.wasm
+
+# The demo: builds what it needs (policy.wasm, the reconciler, the local control plane),
+# shows the wall held on a real kube-apiserver, and stops everything it started.
+.PHONY: demo
+demo:
+	demo/demo.sh
+
+# The Helm chart: lint, and its default rendering equals deploy/*.yaml as objects (helm is
+# built from the Go module proxy on first use).
+.PHONY: chart-check
+chart-check:
+	charts/check.sh
+
+# Every manifest of deploy/ and every chart rendering applied to the local control plane
+# (or TEST_KUBECONFIG) with strict validation; runs chart-check first.
+.PHONY: manifests-check
+manifests-check:
+	e2e-tests/manifests-check.sh

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build (or reuse) the helm binary the chart check uses, from the Go module proxy.
+#
+# Usage: charts/install-helm.sh [--print-path]
+#   --print-path  only print where the binary is (or would be); build nothing
+#
+# helm is built with `go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION` into
+# ${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline}/helm/$HELM_VERSION/helm and reused from
+# there. A helm already on PATH is not used: the check pins one version. Progress goes to
+# stderr; the path of the binary is the last line on stdout. Needs Go >= 1.25 (tested with
+# go1.26.8); a cold build takes about 2-3 minutes on 2 cores, module downloads included.
+set -euo pipefail
+
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+CACHE_ROOT="${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline}"
+DIR="$CACHE_ROOT/helm/$HELM_VERSION"
+BIN="$DIR/helm"
+
+log() { echo "[helm] $*" >&2; }
+
+if [[ "${1:-}" == --print-path ]]; then echo "$BIN"; exit 0; fi
+[[ $# -eq 0 ]] || { echo "usage: $0 [--print-path]" >&2; exit 2; }
+
+cached_ok() { [[ -x "$BIN" ]] && "$BIN" version --short 2>/dev/null | grep -q "^${HELM_VERSION}"; }
+
+mkdir -p "$DIR"
+exec 9>"$DIR/.build.lock"
+flock 9
+if cached_ok; then
+  log "reusing helm $HELM_VERSION from $BIN"
+  echo "$BIN"
+  exit 0
+fi
+
+command -v go >/dev/null || {
+  log "go not found: install Go >= 1.25 (https://go.dev/dl/) to build helm $HELM_VERSION"; exit 1; }
+
+log "building helm $HELM_VERSION with $(go env GOVERSION) from the Go module proxy (first time only: ~2-3 minutes)..."
+tmp="$(mktemp -d "$DIR/.build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+start=$SECONDS
+(
+  export CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS="-buildvcs=false"
+  exec go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+) >"$tmp/build.log" 2>&1 &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do
+  for _ in $(seq 30); do sleep 1; kill -0 "$pid" 2>/dev/null || break; done
+  kill -0 "$pid" 2>/dev/null && log "still building... $((SECONDS - start))s"
+done
+if ! wait "$pid"; then
+  cat "$tmp/build.log" >&2
+  log "build FAILED after $((SECONDS - start))s"
+  exit 1
+fi
+mv "$tmp/helm" "$BIN"
+cached_ok || { log "the built binary does not report $HELM_VERSION: $("$BIN" version --short 2>&1)"; exit 1; }
+log "built helm $HELM_VERSION in $((SECONDS - start))s: $BIN"
+echo "$BIN"

@@ -1,0 +1,152 @@
+//! Server-side apply of any object, found through API discovery, as `kubectl apply
+//! --server-side` does it.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, ValidationDirective};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Scope, pinned_kind};
+use serde_json::Value;
+
+use crate::manifests::Key;
+
+/// How a server-side apply changed the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    Configured,
+    Unchanged,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Configured => "configured",
+            Self::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// Applies objects under one field manager.
+#[derive(Clone)]
+pub struct Applier {
+    pub client: Client,
+    pub field_manager: String,
+    /// `dryRun=All`: every admission step and validation runs, nothing is stored.
+    pub dry_run: bool,
+}
+
+impl Applier {
+    pub fn new(client: Client, field_manager: &str) -> Self {
+        Self {
+            client,
+            field_manager: field_manager.to_owned(),
+            dry_run: false,
+        }
+    }
+
+    /// The API of `object`'s kind (found by discovery, retried for a few seconds so that a
+    /// CRD applied just before is served) and its name.
+    pub async fn api_for(&self, object: &Value) -> Result<(Api<DynamicObject>, Key)> {
+        let key = Key::of(object)?;
+        let (group, version) = key
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", key.api_version.as_str()));
+        let gvk = GroupVersionKind::gvk(group, version, &key.kind);
+        let started = Instant::now();
+        let (resource, capabilities) = loop {
+            match pinned_kind(&self.client, &gvk).await {
+                Ok(found) => break found,
+                Err(error) if started.elapsed() < Duration::from_secs(10) => {
+                    let _ = error;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(error) => {
+                    return Err(error).with_context(|| {
+                        format!(
+                            "the API server does not serve {} {}",
+                            key.api_version, key.kind
+                        )
+                    });
+                }
+            }
+        };
+        let api = match capabilities.scope {
+            Scope::Cluster => Api::all_with(self.client.clone(), &resource),
+            Scope::Namespaced => Api::namespaced_with(
+                self.client.clone(),
+                key.namespace.as_deref().unwrap_or("default"),
+                &resource,
+            ),
+        };
+        Ok((api, key))
+    }
+
+    /// Server-side applies `object` (forced, strict field validation: an unknown or
+    /// duplicate field is an error, not a warning). A CRD is waited for until Established.
+    pub async fn apply(&self, object: &Value) -> Result<Outcome> {
+        let (api, key) = self.api_for(object).await?;
+        let before = api
+            .get_opt(&key.name)
+            .await
+            .with_context(|| format!("reading {key}"))?;
+        let mut params = PatchParams::apply(&self.field_manager).force();
+        params.dry_run = self.dry_run;
+        params.field_validation = Some(ValidationDirective::Strict);
+        let after = api
+            .patch(&key.name, &params, &Patch::Apply(object))
+            .await
+            .with_context(|| {
+                format!(
+                    "server-side apply{} of {key}",
+                    if self.dry_run { " (dry run)" } else { "" }
+                )
+            })?;
+        if key.kind == "CustomResourceDefinition" && !self.dry_run {
+            wait_established(&self.client, &key.name).await?;
+        }
+        Ok(match before {
+            None => Outcome::Created,
+            Some(before) if comparable(&before) == comparable(&after) => Outcome::Unchanged,
+            Some(_) => Outcome::Configured,
+        })
+    }
+}
+
+/// An object without the fields every write changes.
+fn comparable(object: &DynamicObject) -> Value {
+    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in ["managedFields", "resourceVersion", "generation"] {
+            metadata.remove(field);
+        }
+    }
+    value
+}
+
+/// Waits until a CRD is Established (its kind is served), at most 30 s.
+pub async fn wait_established(client: &Client, name: &str) -> Result<Duration> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let started = Instant::now();
+    loop {
+        let crd = api.get(name).await?;
+        let established = crd
+            .status
+            .and_then(|status| status.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("CustomResourceDefinition {name} not Established after 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

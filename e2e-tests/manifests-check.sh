@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The manifests check: every manifest of deploy/ and every rendering of the Helm chart is
+# applied to a real kube-apiserver and accepted.
+#
+#   e2e-tests/manifests-check.sh
+#
+# 1. charts/check.sh: helm lint, the default rendering equals deploy/*.yaml as objects, the
+#    variants of charts/tests/ render.
+# 2. On the local control plane (e2e-tests/control-plane: built or reused, started, always
+#    stopped) or the cluster of TEST_KUBECONFIG (a disposable one: objects are created):
+#    server-side apply with strict field validation (unknown or duplicate fields refused) of
+#    - a minimal copy of Kubewarden's ClusterAdmissionPolicy CRD (e2e-tests/manifests/), since
+#      the control plane has no Kubewarden: admission-policy.yaml is validated against the
+#      schema of policies.kubewarden.io/v1;
+#    - the chart with `helm install` (default values, as README.md says);
+#    - deploy/crd.yaml, reconciler.yaml, rbac.yaml, system-baseline.yaml, policy-server-rbac.yaml,
+#      admission-policy.yaml and deploy/examples/*.yaml, for real (a Deployment is accepted
+#      even though no pod will run: there is no kubelet) over the Helm release: the same
+#      objects, so the API server finds them unchanged;
+#    - the chart's default rendering with dryRun=All (the same objects, now as updates), and
+#      the renderings of charts/tests/*.yaml for real (their names do not collide);
+#    - manifests that must be refused (a misspelt policy field, a `!=` namespaceLabel), with
+#      dryRun=All: proof that the validation bites;
+#    - `helm upgrade` and `helm uninstall` of the release.
+#
+# Environment: CARGO, CARGO_TARGET_DIR, TEST_KUBECONFIG, KEEP_STATE=1 (keep the control
+# plane's directory), NSB_CACHE_DIR, HELM_VERSION.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CP="$ROOT/e2e-tests/control-plane"
+CARGO="${CARGO:-cargo}"
+started_at=$EPOCHREALTIME
+say() { awk -v a="$started_at" -v b="$EPOCHREALTIME" -v m="$*" 'BEGIN { printf ">> [%6.1fs] %s\n", b - a, m }'; }
+cd "$ROOT"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/nsb-manifests.XXXXXX")"
+STATE_DIR=""
+cleanup() {
+  local rc=$?
+  if [[ -n "$STATE_DIR" ]]; then
+    say "stopping the control plane"
+    "$CP/stop.sh" "$STATE_DIR" >&2 || echo "!! stop.sh failed" >&2
+  fi
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"$ROOT/charts/check.sh" --out "$WORK/chart"
+TARGET_DIR="$("$CARGO" metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+MANIFESTS="$TARGET_DIR/debug/nsb-manifests"
+
+if [[ -n "${TEST_KUBECONFIG:-}" ]]; then
+  say "using the cluster of TEST_KUBECONFIG=$TEST_KUBECONFIG"
+  export KUBECONFIG="$TEST_KUBECONFIG"
+else
+  say "building (or reusing) and starting the control plane"
+  "$CP/build.sh" >&2
+  STATE_DIR="$("$CP/start.sh" | tail -n 1)"
+  set -a
+  # shellcheck disable=SC1091
+  . "$STATE_DIR/env"
+  set +a
+  say "control plane $NSB_K8S_VERSION at $NSB_APISERVER_URL"
+fi
+
+apply() { "$MANIFESTS" apply --field-manager nsb-manifests-check "$@"; }
+
+say "Kubewarden's ClusterAdmissionPolicy CRD (minimal copy, e2e-tests/manifests/)"
+apply e2e-tests/manifests/kubewarden-clusteradmissionpolicy-crd.yaml
+HELM="$("$ROOT/charts/install-helm.sh" --print-path)"
+helm() { "$HELM" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
+say "helm install of the chart, default values (as README.md says; release record in default)"
+helm install namespace-baseline charts/namespace-baseline --namespace default --wait=false \
+  --set admissionPolicy.module=registry://registry.example.com/policies/namespace-baseline:v0.1.0 |
+  sed -n 's/^\(STATUS\|REVISION\): /   helm: \1 /p'
+say "deploy/ and deploy/examples/, in install order (over the Helm release: the same objects, so unchanged)"
+apply deploy/crd.yaml deploy/reconciler.yaml deploy/rbac.yaml deploy/system-baseline.yaml \
+  deploy/admission-policy.yaml deploy/policy-server-rbac.yaml deploy/examples/*.yaml
+say "the chart, default values (dryRun=All: the objects above, as updates)"
+apply --dry-run "$WORK/chart/default.yaml"
+for rendering in "$WORK"/chart/*.yaml; do
+  name="$(basename "$rendering" .yaml)"
+  [[ $name == default ]] && continue
+  if [[ $name == minimal ]]; then
+    # namespace.create=false: the namespace must exist already.
+    printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: nsb-minimal\n' >"$WORK/nsb-minimal-ns.yaml"
+    apply "$WORK/nsb-minimal-ns.yaml" >/dev/null
+  fi
+  say "the chart, charts/tests/$name.yaml"
+  apply "$rendering"
+done
+
+say "manifests that must be refused (dryRun=All)"
+cat >"$WORK/bad-policy.yaml" <<'YAML'
+apiVersion: policies.kubewarden.io/v1
+kind: ClusterAdmissionPolicy
+metadata: {name: misspelt}
+spec:
+  module: registry://ghcr.io/hedronite/policies/namespace-baseline:v0.1.0
+  mutating: false
+  backgroundAudits: false
+  rules: []
+YAML
+cat >"$WORK/bad-baseline.yaml" <<'YAML'
+apiVersion: hedronite.io/v1alpha1
+kind: NamespaceBaseline
+metadata: {name: not-equal}
+spec: {namespaceLabel: "baseline!=guarded"}
+YAML
+for bad in bad-policy bad-baseline; do
+  if out="$(apply --dry-run "$WORK/$bad.yaml" 2>&1)"; then
+    echo "$out"
+    echo "!! $bad.yaml was accepted: the validation does not bite" >&2
+    exit 1
+  fi
+  echo "   refused as expected: $(grep -m1 -A1 REFUSED <<<"$out" | tail -n 1 | sed 's/^ *//' | cut -c1-160)"
+done
+say "helm upgrade (--set reconciler.concurrency=8) and helm uninstall"
+helm upgrade namespace-baseline charts/namespace-baseline --namespace default --reuse-values \
+  --set reconciler.concurrency=8 | sed -n 's/^\(STATUS\|REVISION\): /   helm: \1 /p'
+helm uninstall namespace-baseline --namespace default | sed 's/^/   helm: /'
+say "manifests check passed"
