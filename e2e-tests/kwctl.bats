@@ -10,7 +10,7 @@
 # whose file name starts with the family's prefix and reports every mismatch before failing.
 # Without kwctl on PATH every test is skipped.
 
-FAMILIES=(policy-delete policy-update policy-create namespace exempt not-exempt odd dry-run ca settings)
+FAMILIES=(policy-delete policy-update policy-create namespace exempt not-exempt odd dry-run ca settings bypass)
 
 # The field masks the policy sends with list_resources_all (src/baselines.rs), sorted as the
 # SDK's BTreeSet serializes them. A replayed exchange must name the request exactly.
@@ -237,4 +237,8 @@ run_family() {
 
 @test "settings validation (settings-*)" {
 	run_family settings
+}
+
+@test "the bypass catalogue: every known way around the wall (bypass-*)" {
+	run_family bypass
 }

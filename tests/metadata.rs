@@ -109,7 +109,11 @@ fn the_policy_guards_exactly_what_the_design_names() {
                 "networkpolicies".into(),
                 vec!["CREATE".into(), "UPDATE".into(), "DELETE".into()]
             ),
-            ("".into(), "namespaces".into(), vec!["UPDATE".into()]),
+            (
+                "".into(),
+                "namespaces,namespaces/status,namespaces/finalize".into(),
+                vec!["UPDATE".into()]
+            ),
         ]
     );
     let resource = &metadata["contextAwareResources"][0];

@@ -13,6 +13,7 @@
 //! [`fixture`] holds the fixture format and the checks the `e2e-runner` binary applies.
 
 pub mod fixture;
+pub mod memory;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -25,7 +26,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use wapc::{WapcHost, WasiParams};
 use wasmtime_provider::wasmtime;
-use wasmtime_provider::{EpochDeadlines, WasmtimeEngineProviderBuilder, WasmtimeEngineProviderPre};
+use wasmtime_provider::{
+    EpochDeadlines, ResourceLimits, WasmtimeEngineProviderBuilder, WasmtimeEngineProviderPre,
+};
 
 /// The custom resource the policy reads in context-aware mode.
 pub const BASELINE_API_VERSION: &str = "hedronite.io/v1alpha1";
@@ -428,6 +431,30 @@ impl Drop for EpochTicker {
     }
 }
 
+/// How a [`PolicyHost`] runs the module, beyond the policy-server's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostOptions {
+    /// How long each guest call may run.
+    pub timeout: Duration,
+    /// The most the instance's linear memory may grow to; growing past it fails, which a
+    /// Rust guest turns into an abort (a trap).
+    pub max_memory: Option<usize>,
+    /// Allocate the linear memory in the host so that [`PolicyHost::memory_size`] can read
+    /// it (see [`memory`]). Off by default: it costs speed and guard pages, and the
+    /// deadline is then checked when a call returns instead of interrupting it.
+    pub track_memory: bool,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            timeout: DEFAULT_TIMEOUT,
+            max_memory: None,
+            track_memory: false,
+        }
+    }
+}
+
 /// The policy loaded in a waPC host. Not `Sync`: one evaluation at a time, like one
 /// policy-server worker.
 pub struct PolicyHost {
@@ -435,6 +462,8 @@ pub struct PolicyHost {
     deadlines: EpochDeadlines,
     host: WapcHost,
     state: Arc<Mutex<HostState>>,
+    memory: Option<memory::Gauge>,
+    timeout: Duration,
     _ticker: EpochTicker,
 }
 
@@ -455,8 +484,29 @@ impl PolicyHost {
 
     /// Compiles the module and instantiates it; each guest call may run for `timeout`.
     pub fn with_timeout(wasm: &[u8], timeout: Duration) -> Result<Self> {
+        Self::with_options(
+            wasm,
+            HostOptions {
+                timeout,
+                ..HostOptions::default()
+            },
+        )
+    }
+
+    /// Compiles the module and instantiates it as `options` say.
+    pub fn with_options(wasm: &[u8], options: HostOptions) -> Result<Self> {
+        let HostOptions {
+            timeout,
+            max_memory,
+            track_memory,
+        } = options;
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
+        // Tracked memory turns epoch interruption off again (see `memory::configure`).
+        let gauge = track_memory.then(memory::Gauge::default);
+        if let Some(gauge) = &gauge {
+            memory::configure(&mut config, gauge);
+        }
         let engine = wasmtime::Engine::new(&config).map_err(|e| Error::Engine(e.into()))?;
         let ticks = u64::try_from(timeout.as_millis() / EPOCH_TICK.as_millis())
             .unwrap_or(u64::MAX)
@@ -467,12 +517,17 @@ impl PolicyHost {
             wapc_init: ticks.saturating_mul(5),
             wapc_func: ticks,
         };
-        let pre = WasmtimeEngineProviderBuilder::new()
+        let mut builder = WasmtimeEngineProviderBuilder::new()
             .engine(engine.clone())
             .module_bytes(wasm)
-            .wasi_params(WasiParams::default())
-            .build_pre()
-            .map_err(Error::Compile)?;
+            .wasi_params(WasiParams::default());
+        if let Some(max_memory) = max_memory {
+            builder = builder.enable_resource_limits(ResourceLimits {
+                max_memory_size: Some(max_memory),
+                max_table_elements: None,
+            });
+        }
+        let pre = builder.build_pre().map_err(Error::Compile)?;
         let state = Arc::new(Mutex::new(HostState::default()));
         let ticker = EpochTicker::start(engine);
         let host = Self::instantiate(&pre, deadlines, &state)?;
@@ -481,8 +536,22 @@ impl PolicyHost {
             deadlines,
             host,
             state,
+            memory: gauge,
+            timeout,
             _ticker: ticker,
         })
+    }
+
+    /// Bytes of linear memory the live instance has grown to; `None` unless the host was
+    /// made with [`HostOptions::track_memory`].
+    pub fn memory_size(&self) -> Option<usize> {
+        self.memory.as_ref().map(memory::Gauge::bytes)
+    }
+
+    /// Instances made so far (the first, plus one per failed call); `None` unless the host
+    /// was made with [`HostOptions::track_memory`].
+    pub fn instances_created(&self) -> Option<usize> {
+        self.memory.as_ref().map(memory::Gauge::memories_created)
     }
 
     fn instantiate(
@@ -515,8 +584,15 @@ impl PolicyHost {
             state.calls.clear();
         }
         let started = Instant::now();
-        let result = self.host.call(operation, payload);
+        let mut result = self.host.call(operation, payload);
         let elapsed = started.elapsed();
+        if self.memory.is_some() && elapsed > self.timeout && result.is_ok() {
+            // Tracked memory runs without epoch interruption: the deadline is checked here.
+            result = Err(wapc::errors::Error::GuestCallFailure(format!(
+                "execution deadline exceeded: the call took {elapsed:?}, more than {:?} (measured when it returned)",
+                self.timeout
+            )));
+        }
         let host_calls = std::mem::take(&mut lock(&self.state).calls);
         match result {
             Ok(response) => Ok(Evaluation {
