@@ -42,7 +42,7 @@ lint:
 
 # The cluster tests need a control plane: they run in `cluster-tests`.
 .PHONY: unit-tests
-unit-tests:
+unit-tests: policy.wasm
 	$(CARGO) test --workspace --exclude namespace-baseline-cluster-tests --locked
 
 # Every fixture through the built module in a real waPC host (wasmtime), then through
