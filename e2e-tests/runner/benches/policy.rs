@@ -220,7 +220,12 @@ fn main() {
             let (read, _) = estimate("native-read-baselines");
             println!(
                 "{:<30} {:>14} {:>14} {:>11.2} µs {:>14} {:>7.0}%",
-                "  of which: read the list", "", "", read / 1e3, "", 100.0 * read / native_median
+                "  of which: read the list",
+                "",
+                "",
+                read / 1e3,
+                "",
+                100.0 * read / native_median
             );
         }
     }
