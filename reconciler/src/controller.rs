@@ -35,6 +35,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::ReconcileResult;
+use crate::retry::{NoTriggerBackoff, WatchBackoff};
 use crate::state::State;
 use crate::status::{self, Failure, Report};
 use crate::triggers::{NamespaceTriggers, baselines_for_policy};
@@ -899,7 +900,7 @@ pub async fn run(
             Api::<Namespace>::all(client.clone()),
             watcher::Config::default().any_semantic(),
         )
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(slim_namespace)
         .reflect(namespace_writer)
         .inspect_ok(move |event| tracker.observe(ListTracker::NAMESPACES, event))
@@ -913,7 +914,7 @@ pub async fn run(
                 .labels(&managed_selector())
                 .any_semantic(),
         )
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(slim_policy)
         .reflect(policy_writer)
         .inspect_ok(move |event| tracker.observe(ListTracker::POLICIES, event))
@@ -923,7 +924,7 @@ pub async fn run(
         Api::<NamespaceBaseline>::all(client.clone()),
         watcher::Config::default().any_semantic(),
     )
-    .default_backoff()
+    .backoff(WatchBackoff::default())
     .reflect(baseline_writer)
     .inspect_ok(move |event| tracker.observe(ListTracker::BASELINES, event))
     .applied_objects()
@@ -950,6 +951,8 @@ pub async fn run(
     Controller::for_stream(baseline_events, baselines)
         .watches_stream(namespace_events, for_namespace)
         .watches_stream(policy_events, for_policy)
+        // Each watch backs off on its own; a shared pause would blind them all (retry.rs).
+        .trigger_backoff(NoTriggerBackoff)
         .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

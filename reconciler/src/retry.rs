@@ -81,6 +81,71 @@ impl Retries {
     }
 }
 
+/// How the watches reconnect after an error: capped exponential backoff with equal jitter,
+/// from [`WatchBackoff::BASE`] to [`WatchBackoff::CAP`], reset by the stream's next success.
+///
+/// kube's default (client-go's: 0.8 s doubling up to 30 s, reset only after 2 minutes)
+/// left the reconciler blind for up to 30 s after an API server restart: every failed
+/// reconnection during the outage doubled the wait, so the watches came back long after the
+/// API server did, and a wall deleted meanwhile stayed down. Three watches retrying every
+/// 5 s at most are no burden for a recovering API server.
+#[derive(Debug)]
+pub struct WatchBackoff {
+    attempt: u32,
+    retries: Retries,
+}
+
+impl WatchBackoff {
+    pub const BASE: Duration = Duration::from_millis(500);
+    pub const CAP: Duration = Duration::from_secs(5);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self {
+            attempt: 0,
+            retries: Retries::new(Self::BASE, Self::CAP),
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.attempt = self.attempt.saturating_add(1);
+        Some(self.retries.delay(self.attempt, (self.retries.jitter)()))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// The controller's backoff on its merged trigger stream: none. kube's `Controller` wraps
+/// the union of its trigger streams in a backoff of its own (client-go's, up to 30 s): an
+/// error from any one watch then paused every trigger, the healthy watches' included, and
+/// while paused no watch was polled, so none could reconnect; the pause doubled with every
+/// error of an outage. Each watch already backs off on its own ([`WatchBackoff`]), so the
+/// errors reaching the merged stream are spaced already.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoTriggerBackoff;
+
+impl Iterator for NoTriggerBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        // `None` would end the trigger stream: never.
+        Some(Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for NoTriggerBackoff {
+    fn reset(&mut self) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +172,34 @@ mod tests {
             retries().delay(attempt, jitter).as_millis(),
             u128::from(millis)
         );
+    }
+
+    #[test]
+    fn watch_reconnections_back_off_to_five_seconds_at_most_and_reset() {
+        use kube::runtime::utils::Backoff as _;
+        let mut backoff = WatchBackoff::default();
+        let delays: Vec<Duration> = backoff.by_ref().take(12).collect();
+        assert!((Duration::from_millis(250)..=WatchBackoff::BASE).contains(&delays[0]));
+        assert!(
+            delays.iter().all(|delay| *delay <= WatchBackoff::CAP),
+            "{delays:?}"
+        );
+        assert!(delays[11] >= WatchBackoff::CAP / 2, "{delays:?}");
+        // An outage of any length costs at most 5 s once the API server is back.
+        let outage: Duration = delays.iter().sum();
+        assert!(outage < Duration::from_secs(60), "{outage:?}");
+        backoff.reset();
+        assert!(backoff.next().unwrap() <= WatchBackoff::BASE);
+    }
+
+    #[test]
+    fn the_merged_trigger_stream_never_pauses_nor_ends() {
+        assert!(
+            NoTriggerBackoff
+                .take(100)
+                .all(|delay| delay == Duration::ZERO)
+        );
+        assert_eq!(NoTriggerBackoff.nth(1_000_000), Some(Duration::ZERO));
     }
 
     #[test]
