@@ -11,6 +11,9 @@
 #
 # Environment: CARGO (default cargo), CARGO_TARGET_DIR (default: cargo's), NSB_RECONCILER_LOG
 # (RUST_LOG of the reconcilers), TEST_KUBECONFIG / NSB_AUDIT_LOG / NSB_SKIP_AUDIT as above.
+# The s9 scenarios restart the local control plane's API server through NSB_STATE_DIR
+# (exported from its env file); against a TEST_KUBECONFIG cluster that step fails unless
+# NSB_SKIP_APISERVER_RESTART=1 skips it (loudly).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

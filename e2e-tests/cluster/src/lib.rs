@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use base64::Engine as _;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -41,6 +42,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use namespace_baseline_core::identity::{FIELD_MANAGER, deny_all_policy_name, dns_policy_name};
+
+pub mod faults;
+
+/// Where a client reaches the API server: its URL and certificate authority (PEM).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub server: String,
+    pub ca_pem: String,
+}
 
 /// The admin kubeconfig of the cluster under test.
 pub const ENV_KUBECONFIG: &str = "TEST_KUBECONFIG";
@@ -291,22 +301,33 @@ impl Cluster {
 
     /// A kubeconfig holding a fresh TokenRequest token of the reconciler's ServiceAccount.
     pub async fn reconciler_kubeconfig(&self) -> Result<PathBuf> {
-        let accounts: Api<ServiceAccount> =
-            Api::namespaced(self.admin.clone(), RECONCILER_NAMESPACE);
-        let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
-                expiration_seconds: Some(3600),
-                ..TokenRequestSpec::default()
-            }),
-            ..TokenRequest::default()
+        self.reconciler_kubeconfig_at(None, "reconciler").await
+    }
+
+    /// Where the admin kubeconfig reaches the API server: its URL and CA (PEM), e.g. for a
+    /// proxy to forward to.
+    pub fn api_server(&self) -> Result<Endpoint> {
+        let cluster = self.admin_cluster()?;
+        let server = cluster
+            .server
+            .clone()
+            .context("admin kubeconfig: cluster without a server")?;
+        let ca_pem = if let Some(data) = &cluster.certificate_authority_data {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .context("admin kubeconfig: certificate-authority-data is not base64")?;
+            String::from_utf8(bytes).context("admin kubeconfig: CA data is not PEM")?
+        } else if let Some(path) = &cluster.certificate_authority {
+            std::fs::read_to_string(path).with_context(|| {
+                format!("admin kubeconfig: reading certificate-authority {path}")
+            })?
+        } else {
+            bail!("admin kubeconfig: the cluster has no certificate authority")
         };
-        let token = accounts
-            .create_token_request(RECONCILER_SERVICE_ACCOUNT, &PostParams::default(), &request)
-            .await
-            .context("TokenRequest for the reconciler's ServiceAccount")?
-            .status
-            .context("TokenRequest without status")?
-            .token;
+        Ok(Endpoint { server, ca_pem })
+    }
+
+    fn admin_cluster(&self) -> Result<&kube::config::Cluster> {
         let context = self
             .admin_kubeconfig
             .current_context
@@ -326,22 +347,55 @@ impl Cluster {
             .and_then(|c| c.context.as_ref())
             .map(|c| c.cluster.clone())
             .context("admin kubeconfig: current context not found")?;
-        let cluster = self
-            .admin_kubeconfig
+        self.admin_kubeconfig
             .clusters
             .iter()
             .find(|c| c.name == cluster_name)
-            .context("admin kubeconfig: cluster not found")?;
+            .and_then(|c| c.cluster.as_ref())
+            .context("admin kubeconfig: cluster not found")
+    }
+
+    /// Like [`Self::reconciler_kubeconfig`], reaching the API server at `endpoint` (e.g. a
+    /// proxy) instead of where the admin kubeconfig does; written to `<stem>.kubeconfig`.
+    pub async fn reconciler_kubeconfig_at(
+        &self,
+        endpoint: Option<&Endpoint>,
+        stem: &str,
+    ) -> Result<PathBuf> {
+        let accounts: Api<ServiceAccount> =
+            Api::namespaced(self.admin.clone(), RECONCILER_NAMESPACE);
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..TokenRequestSpec::default()
+            }),
+            ..TokenRequest::default()
+        };
+        let token = accounts
+            .create_token_request(RECONCILER_SERVICE_ACCOUNT, &PostParams::default(), &request)
+            .await
+            .context("TokenRequest for the reconciler's ServiceAccount")?
+            .status
+            .context("TokenRequest without status")?
+            .token;
+        let cluster = match endpoint {
+            None => serde_json::to_value(self.admin_cluster()?)?,
+            Some(endpoint) => {
+                let ca = self.work_dir.join(format!("{stem}.ca.crt"));
+                std::fs::write(&ca, &endpoint.ca_pem)?;
+                json!({"server": endpoint.server, "certificate-authority": ca})
+            }
+        };
         let kubeconfig = json!({
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "e2e", "cluster": serde_json::to_value(cluster.cluster.as_ref())?}],
+            "clusters": [{"name": "e2e", "cluster": cluster}],
             "users": [{"name": RECONCILER_SERVICE_ACCOUNT, "user": {"token": token}}],
             "contexts": [{"name": "reconciler", "context": {
                 "cluster": "e2e", "user": RECONCILER_SERVICE_ACCOUNT, "namespace": RECONCILER_NAMESPACE}}],
             "current-context": "reconciler",
         });
-        let path = self.work_dir.join("reconciler.kubeconfig");
+        let path = self.work_dir.join(format!("{stem}.kubeconfig"));
         std::fs::write(&path, serde_yaml::to_string(&kubeconfig)?)?;
         Ok(path)
     }
@@ -355,10 +409,27 @@ impl Cluster {
     /// Starts the reconciler binary as its ServiceAccount with `args` after `run` (a free
     /// `--listen` port is added), logs to a file printed if the test fails.
     pub async fn start_reconciler(&self, instance: &str, args: &[&str]) -> Result<Reconciler> {
+        self.start_reconciler_at(instance, args, None).await
+    }
+
+    /// [`Self::start_reconciler`], the reconciler reaching the API server at `endpoint`
+    /// (e.g. a fault-injecting proxy) when given.
+    pub async fn start_reconciler_at(
+        &self,
+        instance: &str,
+        args: &[&str],
+        endpoint: Option<&Endpoint>,
+    ) -> Result<Reconciler> {
         let binary = std::env::var_os(ENV_RECONCILER_BIN).unwrap_or_else(|| {
             panic!("{ENV_RECONCILER_BIN} is not set: build the reconciler (`cargo build -p namespace-baseline-reconciler`) and point {ENV_RECONCILER_BIN} at it (e2e-tests/cluster-tests.sh does both)")
         });
-        let kubeconfig = self.reconciler_kubeconfig().await?;
+        let kubeconfig = match endpoint {
+            None => self.reconciler_kubeconfig().await?,
+            Some(endpoint) => {
+                self.reconciler_kubeconfig_at(Some(endpoint), &format!("reconciler-{instance}"))
+                    .await?
+            }
+        };
         let port = free_port()?;
         let log = self.work_dir.join(format!("reconciler-{instance}.log"));
         let file = std::fs::File::create(&log)?;

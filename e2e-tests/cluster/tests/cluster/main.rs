@@ -14,3 +14,8 @@ mod s5_spec;
 mod s6_leader;
 mod s7_rbac;
 mod s8_invalid;
+mod s9_apiserver;
+mod s9_common;
+mod s9_conflict;
+mod s9_faults;
+mod s9_kill;

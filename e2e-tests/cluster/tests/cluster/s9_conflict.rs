@@ -1,0 +1,216 @@
+//! Scenario 9 (conflicts): another field manager keeps editing a managed policy's spec in a
+//! tight loop (merge patches, then forced server-side applies that take the fields over).
+//! The reconciler wins the desired state back without a hot loop: about one write per
+//! foreign edit at most, none once the edits stop. A server-side apply that does not force
+//! is refused by the API server (409): the fields are the reconciler's.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use namespace_baseline_cluster_tests::faults::{policy_writes, writes_by_object};
+use namespace_baseline_cluster_tests::{
+    deny_all_policy_name, expected_deny_all_spec, get_policy, spec_json, tally, wait_until,
+};
+use serde_json::{Value, json};
+
+use crate::common::{
+    SINGLE, assert_rbac_was_enough, create_baseline, figure, namespaces, spec, start, wait_ready,
+    wait_wall,
+};
+use crate::s9_common::reconciler_requests;
+
+const EDITS: usize = 20;
+const RIVAL: &str = "e2e-rival";
+/// Edits made one at a time, each after the previous one was repaired.
+const PACED: usize = 5;
+
+fn edit(round: usize) -> Value {
+    match round % 3 {
+        0 => json!({"spec": {"egress": [{}]}}),
+        1 => json!({"spec": {"podSelector": {"matchLabels": {"app": format!("rival-{round}")}}}}),
+        _ => json!({"spec": {"policyTypes": ["Ingress"]}}),
+    }
+}
+
+#[tokio::test]
+async fn s9_conflict_a_rival_field_manager_loses_without_a_hot_loop() {
+    let (cluster, names, mark) = start("s9-conflict").await;
+    let (walled, _) = namespaces(&names, 3, 0).await;
+    let baseline = names.name.clone();
+    let reconciler = cluster
+        .start_reconciler("s9-conflict", SINGLE)
+        .await
+        .unwrap();
+    create_baseline(&cluster, &baseline, spec(&names)).await;
+    wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
+    wait_ready(&cluster, &baseline, 3, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let namespace = walled[0].clone();
+    let deny = deny_all_policy_name(&baseline);
+    let api: Api<NetworkPolicy> = Api::namespaced(cluster.admin.clone(), &namespace);
+
+    // Without force, a server-side apply of the reconciler's fields conflicts.
+    let unforced = api
+        .patch(
+            &deny,
+            &PatchParams::apply(RIVAL),
+            &Patch::Apply(json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": deny, "namespace": namespace},
+                "spec": {"podSelector": {"matchLabels": {"app": "rival"}}},
+            })),
+        )
+        .await;
+    let conflict = matches!(&unforced, Err(kube::Error::Api(status)) if status.code == 409);
+    assert!(
+        conflict,
+        "an unforced apply of the reconciler's fields was not refused: {unforced:?}"
+    );
+
+    let edits_mark = cluster.audit.mark();
+    let started = Instant::now();
+    let merge = PatchParams {
+        field_manager: Some(RIVAL.to_owned()),
+        ..PatchParams::default()
+    };
+    let mut landed = 0;
+    for round in 0..EDITS {
+        let result = if round < EDITS / 2 {
+            api.patch(&deny, &merge, &Patch::Merge(edit(round))).await
+        } else {
+            // Forced server-side apply: the rival takes the fields over.
+            let mut config = edit(round);
+            config["apiVersion"] = json!("networking.k8s.io/v1");
+            config["kind"] = json!("NetworkPolicy");
+            config["metadata"] = json!({"name": deny, "namespace": namespace});
+            api.patch(
+                &deny,
+                &PatchParams::apply(RIVAL).force(),
+                &Patch::Apply(config),
+            )
+            .await
+        };
+        landed += usize::from(result.is_ok());
+    }
+    let edits_took = started.elapsed();
+    let admin = cluster.admin.clone();
+    let (_, won_in) = wait_until(
+        "the reconciler to win the spec back",
+        Duration::from_secs(10),
+        || async {
+            Ok(get_policy(&admin, &namespace, &deny)
+                .await?
+                .filter(|p| spec_json(p) == expected_deny_all_spec()))
+        },
+    )
+    .await
+    .unwrap_or_else(|error| panic!("{error:#}\n{}", reconciler.log_tail(40)));
+
+    // The tight loop's writes, once its repair has settled.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let tight_events = reconciler_requests(&cluster, edits_mark);
+
+    // Paced: each edit waits for the repair before the next one: exactly one write each.
+    let paced_mark = cluster.audit.mark();
+    let mut paced_repairs = Vec::new();
+    for round in 0..PACED {
+        api.patch(&deny, &merge, &Patch::Merge(edit(round)))
+            .await
+            .unwrap();
+        let (_, repaired) = wait_until(
+            "the paced edit to be repaired",
+            Duration::from_secs(10),
+            || async {
+                Ok(get_policy(&admin, &namespace, &deny)
+                    .await?
+                    .filter(|p| spec_json(p) == expected_deny_all_spec()))
+            },
+        )
+        .await
+        .unwrap();
+        paced_repairs.push(repaired);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Settle, then a quiet window: no write at all.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let quiet_mark = cluster.audit.mark();
+    let quiet_reconciles = reconciler
+        .metric(r#"namespace_baseline_reconciles_total{result="success"}"#)
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let quiet_reconciles = reconciler
+        .metric(r#"namespace_baseline_reconciles_total{result="success"}"#)
+        .unwrap()
+        - quiet_reconciles;
+    let final_policy = get_policy(&admin, &namespace, &deny)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(spec_json(&final_policy), expected_deny_all_spec());
+
+    if let Some(events) = tight_events {
+        let writes = policy_writes(&events);
+        let per_object = writes_by_object(&writes);
+        let on_target = per_object
+            .get(&(namespace.clone(), deny.clone()))
+            .copied()
+            .unwrap_or(0);
+        let elsewhere: usize = per_object.values().sum::<usize>() - on_target;
+        let conflicts = writes.iter().filter(|e| e.code() == Some(409)).count();
+        figure(
+            "s9-conflict",
+            format!(
+                "{landed} rival edits ({} merge patches, {} forced applies) in {edits_took:.2?}; desired spec back {won_in:.2?} after the last one; reconciler writes to the policy: {on_target} (elsewhere {elsewhere}, 409s {conflicts}); in the 5 s after: {quiet_reconciles} reconciles, requests {:?}",
+                EDITS / 2,
+                EDITS - EDITS / 2,
+                reconciler_requests(&cluster, quiet_mark).map(|e| tally(&e))
+            ),
+        );
+        assert!(on_target >= 1, "the reconciler never wrote the policy back");
+        assert!(
+            on_target <= landed + 2,
+            "{on_target} writes for {landed} rival edits: a hot loop"
+        );
+        assert_eq!(
+            elsewhere, 0,
+            "writes to policies nobody touched: {per_object:?}"
+        );
+    }
+    if let Some(events) = reconciler_requests(&cluster, paced_mark) {
+        let writes = policy_writes(&events);
+        let per_object = writes_by_object(&writes);
+        figure(
+            "s9-conflict",
+            format!(
+                "{PACED} paced rival edits, each repaired in {:?}: {} reconciler writes ({per_object:?})",
+                paced_repairs,
+                writes.len()
+            ),
+        );
+        assert_eq!(
+            writes.len(),
+            PACED,
+            "one write per paced edit: {per_object:?}"
+        );
+    }
+    if let Some(events) = reconciler_requests(&cluster, quiet_mark) {
+        let writes: Vec<String> = events
+            .iter()
+            .filter(|e| e.is_write())
+            .map(|e| e.describe())
+            .collect();
+        assert!(
+            writes.is_empty(),
+            "writes once the rival stopped: {writes:#?}"
+        );
+    }
+    assert_eq!(
+        quiet_reconciles, 0.0,
+        "reconciles kept running once the rival stopped"
+    );
+    assert_rbac_was_enough(&cluster, mark);
+}
