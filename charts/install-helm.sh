@@ -16,7 +16,10 @@ CACHE_ROOT="${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline}"
 DIR="$CACHE_ROOT/helm/$HELM_VERSION"
 BIN="$DIR/helm"
 
-log() { echo "[helm] $*" >&2; }
+NSB_LOG_PREFIX=helm
+# shellcheck source=../e2e-tests/control-plane/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../e2e-tests/control-plane/lib.sh"
+log() { nsb_log "$@"; }
 
 if [[ "${1:-}" == --print-path ]]; then echo "$BIN"; exit 0; fi
 [[ $# -eq 0 ]] || { echo "usage: $0 [--print-path]" >&2; exit 2; }
@@ -38,24 +41,10 @@ command -v go >/dev/null || {
 log "building helm $HELM_VERSION with $(go env GOVERSION) from the Go module proxy (first time only: ~2-3 minutes)..."
 tmp="$(mktemp -d "$DIR/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-start=$SECONDS
-(
-  export CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS="-buildvcs=false"
-  exec go install -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-) >"$tmp/build.log" 2>&1 &
-pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  for _ in $(seq 30); do sleep 1; kill -0 "$pid" 2>/dev/null || break; done
-  kill -0 "$pid" 2>/dev/null && log "still building... $((SECONDS - start))s"
-done
-if ! wait "$pid"; then
-  cat "$tmp/build.log" >&2
-  log "build FAILED after $((SECONDS - start))s"
-  exit 1
-fi
+nsb_run_logged "$tmp/build.log" env CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS="-buildvcs=false" \
+  go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+  "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 mv "$tmp/helm" "$BIN"
 cached_ok || { log "the built binary does not report $HELM_VERSION: $("$BIN" version --short 2>&1)"; exit 1; }
-log "built helm $HELM_VERSION in $((SECONDS - start))s: $BIN"
+log "helm $HELM_VERSION: $BIN"
 echo "$BIN"

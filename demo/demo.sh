@@ -13,9 +13,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CP="$ROOT/e2e-tests/control-plane"
 CARGO="${CARGO:-cargo}"
-started_at=$EPOCHREALTIME
-
-say() { awk -v a="$started_at" -v b="$EPOCHREALTIME" -v m="$*" 'BEGIN { printf "demo [%6.1fs] %s\n", b - a, m }'; }
+NSB_SAY_PREFIX=demo
+# shellcheck source=../e2e-tests/control-plane/session.sh
+. "$ROOT/e2e-tests/control-plane/session.sh"
 die() { echo "demo: $*" >&2; exit 1; }
 
 cd "$ROOT"
@@ -40,21 +40,21 @@ cleanup() {
   if [[ -n "$DEMO_DIR" && -f "$DEMO_DIR/reconciler.pid" ]]; then
     local pid; pid="$(cat "$DEMO_DIR/reconciler.pid")"
     if [[ "$(cat "/proc/$pid/cmdline" 2>/dev/null | tr '\0' ' ')" == *namespace-baseline-reconciler* ]]; then
-      say "stopping the reconciler (pid $pid)"
+      nsb_say "stopping the reconciler (pid $pid)"
       kill -TERM "$pid" 2>/dev/null || true
       for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -KILL "$pid" 2>/dev/null || true
     fi
   fi
   if [[ -n "$STATE_DIR" ]]; then
-    say "stopping the control plane"
+    nsb_say "stopping the control plane"
     "$CP/stop.sh" "$STATE_DIR" >/dev/null 2>&1 || echo "demo: stop.sh failed for $STATE_DIR" >&2
   fi
   if [[ -n "$DEMO_DIR" ]]; then
     if [[ $ok == 1 ]]; then rm -rf "$DEMO_DIR"; else echo "demo: logs kept in $DEMO_DIR" >&2; fi
   fi
   if [[ $ok == 1 ]]; then
-    say "done: nothing left running"
+    nsb_say "done: nothing left running"
   else
     echo "demo: FAILED (exit $rc)" >&2
   fi
@@ -63,25 +63,25 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-TARGET_DIR="$("$CARGO" metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+TARGET_DIR="$(nsb_target_dir)"
 
 # As `make policy.wasm` does, but from cargo's actual target directory (CARGO_TARGET_DIR).
-say "1/3 building the policy for wasm32-wasip1"
+nsb_say "1/3 building the policy for wasm32-wasip1"
 if ! rustup target list --installed | grep -qx wasm32-wasip1; then
-  say "    installing the Rust wasm32-wasip1 target (rustup target add)"
+  nsb_say "    installing the Rust wasm32-wasip1 target (rustup target add)"
   rustup target add wasm32-wasip1
 fi
 "$CARGO" build --locked -p namespace-baseline-policy --target wasm32-wasip1 --release
 cp "$TARGET_DIR/wasm32-wasip1/release/namespace_baseline_policy.wasm" "$ROOT/policy.wasm"
 
-say "2/3 building the reconciler and the demo (the first build compiles ~350 crates: 10-25 minutes on 2 cores)"
+nsb_say "2/3 building the reconciler and the demo (the first build compiles ~350 crates: 10-25 minutes on 2 cores)"
 "$CARGO" build --locked -p namespace-baseline-reconciler -p namespace-baseline-demo
 RECONCILER_BIN="$TARGET_DIR/debug/namespace-baseline-reconciler"
 DEMO_BIN="$TARGET_DIR/debug/namespace-baseline-demo"
 [[ -x "$RECONCILER_BIN" && -x "$DEMO_BIN" ]] || die "binaries not found in $TARGET_DIR/debug"
 
-say "3/3 the local control plane: kube-apiserver + etcd built from Go modules"
-say "    (first use only: downloads the modules and compiles, 3-6 minutes; cached in ${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline})"
+nsb_say "3/3 the local control plane: kube-apiserver + etcd built from Go modules"
+nsb_say "    (first use only: downloads the modules and compiles, 3-6 minutes; cached in ${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline})"
 "$CP/build.sh" >/dev/null
 STATE_DIR="$("$CP/start.sh" 2>"${TMPDIR:-/tmp}/nsb-demo-start.$$.log" | tail -n 1)" || {
   cat "${TMPDIR:-/tmp}/nsb-demo-start.$$.log" >&2; die "the control plane did not start"; }
@@ -90,7 +90,7 @@ set -a
 # shellcheck disable=SC1091
 . "$STATE_DIR/env"
 set +a
-say "control plane $NSB_K8S_VERSION at $NSB_APISERVER_URL (state $STATE_DIR)"
+nsb_say "control plane $NSB_K8S_VERSION at $NSB_APISERVER_URL (state $STATE_DIR)"
 DEMO_DIR="$(mktemp -d "${TMPDIR:-/tmp}/nsb-demo.XXXXXX")"
 
 echo
@@ -99,4 +99,4 @@ NSB_RECONCILER_BIN="$RECONCILER_BIN" NSB_POLICY_WASM="$ROOT/policy.wasm" NSB_DEM
   KUBECONFIG="$KUBECONFIG" "$DEMO_BIN"
 echo
 ok=1
-say "the demo itself took $(awk -v a="$demo_started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+nsb_say "the demo itself took $(awk -v a="$demo_started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"

@@ -28,10 +28,10 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CP="$ROOT/e2e-tests/control-plane"
 CARGO="${CARGO:-cargo}"
 PROFILE="${NSB_BENCH_PROFILE:-bench}"
-started_at=$EPOCHREALTIME
+# shellcheck source=control-plane/session.sh
+. "$ROOT/e2e-tests/control-plane/session.sh"
 
 # prioritize PID...: nice -10 for the autogroup (else the process) of each PID.
 prioritize() {
@@ -45,8 +45,6 @@ prioritize() {
   done
 }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-
-say() { awk -v a="$started_at" -v b="$EPOCHREALTIME" -v m="$*" 'BEGIN { printf ">> [%6.1fs] %s\n", b - a, m }' >&2; }
 
 large="${NSB_BENCH_LARGE:-0}"
 args=()
@@ -62,12 +60,12 @@ else
 fi
 
 cd "$ROOT"
-say "building the reconciler and cluster-bench (profile $PROFILE)"
+nsb_say "building the reconciler and cluster-bench (profile $PROFILE)"
 # One invocation: the two packages share one feature resolution, so kube and tokio build once.
 "$CARGO" build --profile "$PROFILE" --locked \
   -p namespace-baseline-reconciler --bin namespace-baseline-reconciler \
   -p namespace-baseline-cluster-tests --bin cluster-bench
-TARGET_DIR="$("$CARGO" metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+TARGET_DIR="$(nsb_target_dir)"
 case "$PROFILE" in
   dev | test) OUT_DIR="$TARGET_DIR/debug" ;;
   release | bench) OUT_DIR="$TARGET_DIR/release" ;;
@@ -82,17 +80,9 @@ TABLE="${NSB_BENCH_OUT:-$(mktemp "${TMPDIR:-/tmp}/nsb-bench.XXXXXX.md")}"
 : >"$TABLE"
 LOG="$(mktemp "${TMPDIR:-/tmp}/nsb-bench.XXXXXX.log")"
 
-STATE_DIR=""
-stop_control_plane() {
-  if [[ -n "$STATE_DIR" ]]; then
-    say "stopping the control plane ($STATE_DIR)"
-    "$CP/stop.sh" "$STATE_DIR" >&2 || echo "!! stop.sh failed" >&2
-    STATE_DIR=""
-  fi
-}
 cleanup() {
   local rc=$?
-  stop_control_plane
+  nsb_stop_control_plane
   exit "$rc"
 }
 trap cleanup EXIT INT TERM
@@ -100,7 +90,7 @@ trap cleanup EXIT INT TERM
 prioritize $$
 rc=0
 if [[ -n "${TEST_KUBECONFIG:-}" ]]; then
-  say "using the cluster of TEST_KUBECONFIG=$TEST_KUBECONFIG (sizes ${sizes[*]})"
+  nsb_say "using the cluster of TEST_KUBECONFIG=$TEST_KUBECONFIG (sizes ${sizes[*]})"
   [[ -n "${NSB_AUDIT_LOG:-}" ]] || echo "!! NSB_AUDIT_LOG is not set: no request counts" >&2
   for pid in ${NSB_APISERVER_PID:-} ${NSB_ETCD_PID:-}; do [[ -d /proc/$pid ]] && prioritize "$pid"; done
   set +e
@@ -108,24 +98,19 @@ if [[ -n "${TEST_KUBECONFIG:-}" ]]; then
   rc=${PIPESTATUS[0]}
   set -e
 else
-  "$CP/build.sh" >&2
   for size in "${sizes[@]}"; do
-    say "N = $size: starting a fresh control plane"
-    STATE_DIR="$("$CP/start.sh" | tail -n 1)"
-    set -a
-    # shellcheck disable=SC1091
-    . "$STATE_DIR/env"
-    set +a
-    export TEST_KUBECONFIG="$KUBECONFIG" NSB_AUDIT_LOG NSB_APISERVER_PID NSB_ETCD_PID
+    nsb_say "N = $size: starting a fresh control plane"
+    nsb_start_control_plane
+    export TEST_KUBECONFIG="$KUBECONFIG"
     prioritize "$NSB_APISERVER_PID" "$NSB_ETCD_PID"
-    say "control plane $NSB_K8S_VERSION at $NSB_APISERVER_URL (state $STATE_DIR); load average $(loadavg)"
+    nsb_say "load average $(loadavg)"
     set +e
     "$BENCH" --sizes "$size" --out "$TABLE" "${args[@]}" 2>&1 | tee -a "$LOG"
     size_rc=${PIPESTATUS[0]}
     set -e
-    say "N = $size finished with exit code $size_rc; load average $(loadavg)"
+    nsb_say "N = $size finished with exit code $size_rc; load average $(loadavg)"
     ((size_rc == 0)) || rc=$size_rc
-    stop_control_plane
+    nsb_stop_control_plane
   done
 fi
 
@@ -134,5 +119,5 @@ echo "== results ($(nproc) vCPU, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048
 echo "| benchmark | namespaces | median | spread | target | verdict | detail |"
 echo "|---|---:|---:|---|---|---|---|"
 cat "$TABLE"
-say "cluster-bench finished with exit code $rc"
+nsb_say "cluster-bench finished with exit code $rc"
 exit "$rc"

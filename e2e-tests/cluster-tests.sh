@@ -17,50 +17,37 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CP="$ROOT/e2e-tests/control-plane"
 CARGO="${CARGO:-cargo}"
-started_at=$EPOCHREALTIME
-
-say() { awk -v a="$started_at" -v b="$EPOCHREALTIME" -v m="$*" 'BEGIN { printf ">> [%6.1fs] %s\n", b - a, m }' >&2; }
-
+# shellcheck source=control-plane/session.sh
+. "$ROOT/e2e-tests/control-plane/session.sh"
 cd "$ROOT"
 
-say "building the reconciler and the tests"
+nsb_say "building the reconciler and the tests"
 "$CARGO" build -p namespace-baseline-reconciler --bin namespace-baseline-reconciler --locked
 "$CARGO" test -p namespace-baseline-cluster-tests --locked --no-run
-TARGET_DIR="$("$CARGO" metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-export NSB_RECONCILER_BIN="$TARGET_DIR/debug/namespace-baseline-reconciler"
+NSB_RECONCILER_BIN="$(nsb_target_dir)/debug/namespace-baseline-reconciler"
+export NSB_RECONCILER_BIN
 [[ -x "$NSB_RECONCILER_BIN" ]] || { echo "!! reconciler binary not found at $NSB_RECONCILER_BIN" >&2; exit 1; }
 
-STATE_DIR=""
 cleanup() {
   local rc=$?
-  if [[ -n "$STATE_DIR" ]]; then
-    say "stopping the control plane ($STATE_DIR)"
-    "$CP/stop.sh" "$STATE_DIR" >&2 || echo "!! stop.sh failed" >&2
-  fi
+  nsb_stop_control_plane
   exit "$rc"
 }
 trap cleanup EXIT INT TERM
 
 if [[ -n "${TEST_KUBECONFIG:-}" ]]; then
-  say "using the cluster of TEST_KUBECONFIG=$TEST_KUBECONFIG"
+  nsb_say "using the cluster of TEST_KUBECONFIG=$TEST_KUBECONFIG"
   if [[ -z "${NSB_AUDIT_LOG:-}" && "${NSB_SKIP_AUDIT:-0}" != 1 ]]; then
     echo "!! NSB_AUDIT_LOG is not set: the request-count assertions will fail (set NSB_SKIP_AUDIT=1 to skip them)" >&2
   fi
 else
-  say "building (or reusing) and starting the control plane"
-  "$CP/build.sh" >&2
-  STATE_DIR="$("$CP/start.sh" | tail -n 1)"
-  set -a
-  # shellcheck disable=SC1091
-  . "$STATE_DIR/env"
-  set +a
-  export TEST_KUBECONFIG="$KUBECONFIG" NSB_AUDIT_LOG
-  say "control plane $NSB_K8S_VERSION at $NSB_APISERVER_URL (state $STATE_DIR)"
+  nsb_say "building (or reusing) and starting the control plane"
+  nsb_start_control_plane
+  export TEST_KUBECONFIG="$KUBECONFIG"
 fi
 
-say "running the cluster tests (serially: every reconciler acts on every baseline)"
+nsb_say "running the cluster tests (serially: every reconciler acts on every baseline)"
 LOG="$(mktemp "${TMPDIR:-/tmp}/nsb-cluster-tests.XXXXXX.log")"
 set +e
 "$CARGO" test -p namespace-baseline-cluster-tests --locked -- --test-threads=1 --nocapture "$@" 2>&1 | tee "$LOG"
@@ -69,5 +56,5 @@ set -e
 echo
 echo "== key figures (full output: $LOG)"
 grep -E '^FIGURE ' "$LOG" || echo "(none)"
-say "cluster tests finished with exit code $rc"
+nsb_say "cluster tests finished with exit code $rc"
 exit "$rc"

@@ -28,20 +28,15 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CP="$ROOT/e2e-tests/control-plane"
 CARGO="${CARGO:-cargo}"
-started_at=$EPOCHREALTIME
-say() { awk -v a="$started_at" -v b="$EPOCHREALTIME" -v m="$*" 'BEGIN { printf ">> [%6.1fs] %s\n", b - a, m }'; }
+# shellcheck source=control-plane/session.sh
+. "$ROOT/e2e-tests/control-plane/session.sh"
 cd "$ROOT"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/nsb-manifests.XXXXXX")"
-STATE_DIR=""
 cleanup() {
   local rc=$?
-  if [[ -n "$STATE_DIR" ]]; then
-    say "stopping the control plane"
-    "$CP/stop.sh" "$STATE_DIR" >&2 || echo "!! stop.sh failed" >&2
-  fi
+  nsb_stop_control_plane
   rm -rf "$WORK"
   exit "$rc"
 }
@@ -49,37 +44,30 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 "$ROOT/charts/check.sh" --out "$WORK/chart"
-TARGET_DIR="$("$CARGO" metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-MANIFESTS="$TARGET_DIR/debug/nsb-manifests"
+MANIFESTS="$(nsb_target_dir)/debug/nsb-manifests"
 
 if [[ -n "${TEST_KUBECONFIG:-}" ]]; then
-  say "using the cluster of TEST_KUBECONFIG=$TEST_KUBECONFIG"
+  nsb_say "using the cluster of TEST_KUBECONFIG=$TEST_KUBECONFIG"
   export KUBECONFIG="$TEST_KUBECONFIG"
 else
-  say "building (or reusing) and starting the control plane"
-  "$CP/build.sh" >&2
-  STATE_DIR="$("$CP/start.sh" | tail -n 1)"
-  set -a
-  # shellcheck disable=SC1091
-  . "$STATE_DIR/env"
-  set +a
-  say "control plane $NSB_K8S_VERSION at $NSB_APISERVER_URL"
+  nsb_say "building (or reusing) and starting the control plane"
+  nsb_start_control_plane
 fi
 
 apply() { "$MANIFESTS" apply --field-manager nsb-manifests-check "$@"; }
 
-say "Kubewarden's ClusterAdmissionPolicy CRD (minimal copy, e2e-tests/manifests/)"
+nsb_say "Kubewarden's ClusterAdmissionPolicy CRD (minimal copy, e2e-tests/manifests/)"
 apply e2e-tests/manifests/kubewarden-clusteradmissionpolicy-crd.yaml
 HELM="$("$ROOT/charts/install-helm.sh" --print-path)"
 helm() { "$HELM" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
-say "helm install of the chart, default values (as README.md says; release record in default)"
+nsb_say "helm install of the chart, default values (as README.md says; release record in default)"
 helm install namespace-baseline charts/namespace-baseline --namespace default --wait=false \
   --set admissionPolicy.module=registry://registry.example.com/policies/namespace-baseline:v0.1.0 |
   sed -n 's/^\(STATUS\|REVISION\): /   helm: \1 /p'
-say "deploy/ and deploy/examples/, in install order (over the Helm release: the same objects, so unchanged)"
+nsb_say "deploy/ and deploy/examples/, in install order (over the Helm release: the same objects, so unchanged)"
 apply deploy/crd.yaml deploy/reconciler.yaml deploy/rbac.yaml deploy/system-baseline.yaml \
   deploy/admission-policy.yaml deploy/policy-server-rbac.yaml deploy/examples/*.yaml
-say "the chart, default values (dryRun=All: the objects above, as updates)"
+nsb_say "the chart, default values (dryRun=All: the objects above, as updates)"
 apply --dry-run "$WORK/chart/default.yaml"
 for rendering in "$WORK"/chart/*.yaml; do
   name="$(basename "$rendering" .yaml)"
@@ -89,11 +77,11 @@ for rendering in "$WORK"/chart/*.yaml; do
     printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: nsb-minimal\n' >"$WORK/nsb-minimal-ns.yaml"
     apply "$WORK/nsb-minimal-ns.yaml" >/dev/null
   fi
-  say "the chart, charts/tests/$name.yaml"
+  nsb_say "the chart, charts/tests/$name.yaml"
   apply "$rendering"
 done
 
-say "manifests that must be refused (dryRun=All)"
+nsb_say "manifests that must be refused (dryRun=All)"
 cat >"$WORK/bad-policy.yaml" <<'YAML'
 apiVersion: policies.kubewarden.io/v1
 kind: ClusterAdmissionPolicy
@@ -118,8 +106,8 @@ for bad in bad-policy bad-baseline; do
   fi
   echo "   refused as expected: $(grep -m1 -A1 REFUSED <<<"$out" | tail -n 1 | sed 's/^ *//' | cut -c1-160)"
 done
-say "helm upgrade (--set reconciler.concurrency=8) and helm uninstall"
+nsb_say "helm upgrade (--set reconciler.concurrency=8) and helm uninstall"
 helm upgrade namespace-baseline charts/namespace-baseline --namespace default --reuse-values \
   --set reconciler.concurrency=8 | sed -n 's/^\(STATUS\|REVISION\): /   helm: \1 /p'
 helm uninstall namespace-baseline --namespace default | sed 's/^/   helm: /'
-say "manifests check passed"
+nsb_say "manifests check passed"

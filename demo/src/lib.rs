@@ -1,7 +1,9 @@
-//! What the demo and `nsb-manifests` share: reading manifests, comparing them as objects,
-//! and applying them to a cluster with server-side apply, whatever their kind.
+//! What the demo, `nsb-manifests` and the cluster tests share: reading manifests, comparing
+//! them as objects, applying them to a cluster with server-side apply whatever their kind,
+//! and kubeconfigs for the reconciler's ServiceAccount.
 
 pub mod apply;
+pub mod kubeconfig;
 pub mod manifests;
 
 use std::time::Instant;

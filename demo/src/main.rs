@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -28,11 +27,12 @@ use kube::config::Kubeconfig;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use namespace_baseline_core::identity::{
-    RECONCILER_NAMESPACE, RECONCILER_SERVICE_ACCOUNT, deny_all_policy_name, dns_policy_name,
-    managed_selector, reconciler_username,
+    RECONCILER_NAMESPACE, deny_all_policy_name, dns_policy_name, managed_selector,
+    reconciler_username,
 };
 use namespace_baseline_core::spec::NamespaceBaseline;
 use namespace_baseline_demo::apply::Applier;
+use namespace_baseline_demo::kubeconfig;
 use namespace_baseline_demo::manifests::{self, Manifest};
 use namespace_baseline_e2e::PolicyHost;
 use serde_json::{Value, json};
@@ -377,51 +377,10 @@ impl Demo {
 
     /// A kubeconfig for the reconciler's ServiceAccount, with a TokenRequest token.
     async fn reconciler_kubeconfig(&self) -> Result<PathBuf> {
-        let accounts: Api<ServiceAccount> =
-            Api::namespaced(self.admin.clone(), RECONCILER_NAMESPACE);
-        let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
-                expiration_seconds: Some(3600),
-                ..TokenRequestSpec::default()
-            }),
-            ..TokenRequest::default()
-        };
-        let token = accounts
-            .create_token_request(RECONCILER_SERVICE_ACCOUNT, &PostParams::default(), &request)
-            .await
-            .context("TokenRequest for the reconciler's ServiceAccount")?
-            .status
-            .context("TokenRequest without status")?
-            .token;
         let admin = Kubeconfig::read().context("reading KUBECONFIG")?;
-        let context_name = admin
-            .current_context
-            .clone()
-            .or_else(|| admin.contexts.first().map(|c| c.name.clone()))
-            .context("KUBECONFIG has no context")?;
-        let cluster_name = admin
-            .contexts
-            .iter()
-            .find(|c| c.name == context_name)
-            .and_then(|c| c.context.as_ref())
-            .map(|c| c.cluster.clone())
-            .context("KUBECONFIG: current context not found")?;
-        let cluster = admin
-            .clusters
-            .iter()
-            .find(|c| c.name == cluster_name)
-            .context("KUBECONFIG: cluster not found")?;
-        let kubeconfig = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "demo", "cluster": serde_json::to_value(cluster.cluster.as_ref())?}],
-            "users": [{"name": RECONCILER_SERVICE_ACCOUNT, "user": {"token": token}}],
-            "contexts": [{"name": "reconciler", "context": {
-                "cluster": "demo", "user": RECONCILER_SERVICE_ACCOUNT, "namespace": RECONCILER_NAMESPACE}}],
-            "current-context": "reconciler",
-        });
+        let cluster = serde_json::to_value(kubeconfig::current_cluster(&admin)?)?;
         let path = self.work.join("reconciler.kubeconfig");
-        std::fs::write(&path, serde_yaml::to_string(&kubeconfig)?)?;
+        kubeconfig::write_reconciler_kubeconfig(&self.admin, cluster, &path).await?;
         Ok(path)
     }
 

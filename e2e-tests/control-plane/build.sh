@@ -29,7 +29,10 @@ for arg in "$@"; do
   esac
 done
 
-log() { echo "[build] $*" >&2; }
+NSB_LOG_PREFIX=build
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+log() { nsb_log "$@"; }
 
 # Cached binaries are good if both exist and report the expected versions.
 cached_ok() {
@@ -64,23 +67,8 @@ tmp="$(mktemp -d "$CACHE_ROOT/control-plane/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
 log "building kube-apiserver $K8S_VERSION and etcd $ETCD_VERSION with $(go env GOVERSION) (cold build takes several minutes)..."
-start=$SECONDS
-(
-  cd "$HERE"
-  export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
-  exec go build -trimpath -ldflags "$LDFLAGS" -o "$tmp/" ./cmd/kube-apiserver ./cmd/etcd
-) >"$tmp/build.log" 2>&1 &
-build_pid=$!
-while kill -0 "$build_pid" 2>/dev/null; do
-  for _ in $(seq 30); do sleep 1; kill -0 "$build_pid" 2>/dev/null || break; done
-  kill -0 "$build_pid" 2>/dev/null && log "still building... $((SECONDS - start))s elapsed"
-done
-if ! wait "$build_pid"; then
-  cat "$tmp/build.log" >&2
-  log "build FAILED after $((SECONDS - start))s"
-  exit 1
-fi
-log "built in $((SECONDS - start))s"
+nsb_run_logged "$tmp/build.log" env -C "$HERE" CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+  go build -trimpath -ldflags "$LDFLAGS" -o "$tmp/" ./cmd/kube-apiserver ./cmd/etcd
 
 mkdir -p "$BIN_DIR"
 mv -f "$tmp/kube-apiserver" "$BIN_DIR/kube-apiserver"

@@ -4,7 +4,7 @@
 NSB_CP_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NSB_MARKER=".nsb-control-plane"   # marks a state dir created by start.sh
 
-nsb_log() { echo "[control-plane] $*" >&2; }
+nsb_log() { echo "[${NSB_LOG_PREFIX:-control-plane}] $*" >&2; }
 nsb_die() { nsb_log "ERROR: $*"; exit 1; }
 
 # Milliseconds since the epoch.
@@ -159,4 +159,23 @@ nsb_tail_log() {
   [[ -f "$f" ]] || return 0
   nsb_log "last lines of $f:"
   tail -n 25 "$f" | sed 's/^/    /' >&2
+}
+
+# nsb_run_logged LOG COMMAND...: runs COMMAND (a long build) with its output in LOG, saying
+# every 30 s that it is still running; on failure prints LOG. Returns COMMAND's status.
+nsb_run_logged() {
+  local log=$1 start=$SECONDS pid
+  shift
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    for _ in $(seq 30); do sleep 1; kill -0 "$pid" 2>/dev/null || break; done
+    kill -0 "$pid" 2>/dev/null && nsb_log "still building... $((SECONDS - start))s elapsed"
+  done
+  if ! wait "$pid"; then
+    cat "$log" >&2
+    nsb_log "build FAILED after $((SECONDS - start))s"
+    return 1
+  fi
+  nsb_log "built in $((SECONDS - start))s"
 }

@@ -21,23 +21,21 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use base64::Engine as _;
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use kube::runtime::watcher;
 use kube::{Client, Config, ResourceExt};
-use namespace_baseline_core::identity::{
-    self, RECONCILER_NAMESPACE, RECONCILER_SERVICE_ACCOUNT, managed_selector,
-};
+use namespace_baseline_core::identity::{self, RECONCILER_NAMESPACE, managed_selector};
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
+use namespace_baseline_demo::apply::wait_established;
+use namespace_baseline_demo::kubeconfig;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -176,22 +174,10 @@ impl Cluster {
                 .await
                 .context("applying deploy/crd.yaml")?;
         }
-        let crds: Api<CustomResourceDefinition> = Api::all(self.admin.clone());
-        let crd_name = format!("namespacebaselines.{}", identity::GROUP);
-        wait_until("the CRD to be established", Duration::from_secs(30), || {
-            let crds = crds.clone();
-            let crd_name = crd_name.clone();
-            async move {
-                let crd = crds.get(&crd_name).await?;
-                let established = crd
-                    .status
-                    .and_then(|status| status.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                Ok(established.then_some(()))
-            }
-        })
+        wait_established(
+            &self.admin,
+            &format!("namespacebaselines.{}", identity::GROUP),
+        )
         .await?;
         // The namespace may or may not be part of rbac.yaml: make sure it exists first.
         let namespaces: Api<Namespace> = Api::all(self.admin.clone());
@@ -328,31 +314,7 @@ impl Cluster {
     }
 
     fn admin_cluster(&self) -> Result<&kube::config::Cluster> {
-        let context = self
-            .admin_kubeconfig
-            .current_context
-            .clone()
-            .or_else(|| {
-                self.admin_kubeconfig
-                    .contexts
-                    .first()
-                    .map(|c| c.name.clone())
-            })
-            .context("admin kubeconfig without a context")?;
-        let cluster_name = self
-            .admin_kubeconfig
-            .contexts
-            .iter()
-            .find(|c| c.name == context)
-            .and_then(|c| c.context.as_ref())
-            .map(|c| c.cluster.clone())
-            .context("admin kubeconfig: current context not found")?;
-        self.admin_kubeconfig
-            .clusters
-            .iter()
-            .find(|c| c.name == cluster_name)
-            .and_then(|c| c.cluster.as_ref())
-            .context("admin kubeconfig: cluster not found")
+        kubeconfig::current_cluster(&self.admin_kubeconfig).context("admin kubeconfig")
     }
 
     /// Like [`Self::reconciler_kubeconfig`], reaching the API server at `endpoint` (e.g. a
@@ -362,22 +324,6 @@ impl Cluster {
         endpoint: Option<&Endpoint>,
         stem: &str,
     ) -> Result<PathBuf> {
-        let accounts: Api<ServiceAccount> =
-            Api::namespaced(self.admin.clone(), RECONCILER_NAMESPACE);
-        let request = TokenRequest {
-            spec: Some(TokenRequestSpec {
-                expiration_seconds: Some(3600),
-                ..TokenRequestSpec::default()
-            }),
-            ..TokenRequest::default()
-        };
-        let token = accounts
-            .create_token_request(RECONCILER_SERVICE_ACCOUNT, &PostParams::default(), &request)
-            .await
-            .context("TokenRequest for the reconciler's ServiceAccount")?
-            .status
-            .context("TokenRequest without status")?
-            .token;
         let cluster = match endpoint {
             None => serde_json::to_value(self.admin_cluster()?)?,
             Some(endpoint) => {
@@ -386,17 +332,8 @@ impl Cluster {
                 json!({"server": endpoint.server, "certificate-authority": ca})
             }
         };
-        let kubeconfig = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "e2e", "cluster": cluster}],
-            "users": [{"name": RECONCILER_SERVICE_ACCOUNT, "user": {"token": token}}],
-            "contexts": [{"name": "reconciler", "context": {
-                "cluster": "e2e", "user": RECONCILER_SERVICE_ACCOUNT, "namespace": RECONCILER_NAMESPACE}}],
-            "current-context": "reconciler",
-        });
         let path = self.work_dir.join(format!("{stem}.kubeconfig"));
-        std::fs::write(&path, serde_yaml::to_string(&kubeconfig)?)?;
+        kubeconfig::write_reconciler_kubeconfig(&self.admin, cluster, &path).await?;
         Ok(path)
     }
 
@@ -420,9 +357,44 @@ impl Cluster {
         args: &[&str],
         endpoint: Option<&Endpoint>,
     ) -> Result<Reconciler> {
-        let binary = std::env::var_os(ENV_RECONCILER_BIN).unwrap_or_else(|| {
-            panic!("{ENV_RECONCILER_BIN} is not set: build the reconciler (`cargo build -p namespace-baseline-reconciler`) and point {ENV_RECONCILER_BIN} at it (e2e-tests/cluster-tests.sh does both)")
-        });
+        let reconciler = self
+            .spawn_reconciler(
+                instance,
+                args,
+                endpoint,
+                "info,namespace_baseline_reconciler=debug",
+            )
+            .await?;
+        let port = reconciler.port;
+        // Ready: leadership known and, when leading, caches synced (its initial LISTs done).
+        wait_until(
+            "the reconciler to be ready (/readyz)",
+            Duration::from_secs(30),
+            || {
+                let result = reconciler
+                    .check_alive()
+                    .and_then(|()| http_get(port, "/readyz"));
+                async move { Ok(result.ok().filter(|(code, _)| *code == 200).map(|_| ())) }
+            },
+        )
+        .await
+        .with_context(|| reconciler.log_tail(40))?;
+        Ok(reconciler)
+    }
+
+    /// Spawns the reconciler binary as its ServiceAccount with `args` after `run` and a free
+    /// `--listen` port, without waiting for it; `RUST_LOG` is `NSB_RECONCILER_LOG` or
+    /// `default_log`. Its log goes to a file printed if the test fails.
+    pub async fn spawn_reconciler(
+        &self,
+        instance: &str,
+        args: &[&str],
+        endpoint: Option<&Endpoint>,
+        default_log: &str,
+    ) -> Result<Reconciler> {
+        let binary = std::env::var_os(ENV_RECONCILER_BIN).with_context(|| {
+            format!("{ENV_RECONCILER_BIN} is not set: build the reconciler (`cargo build -p namespace-baseline-reconciler`) and point {ENV_RECONCILER_BIN} at it (e2e-tests/cluster-tests.sh does both)")
+        })?;
         let kubeconfig = match endpoint {
             None => self.reconciler_kubeconfig().await?,
             Some(endpoint) => {
@@ -443,8 +415,7 @@ impl Cluster {
             .env("POD_NAMESPACE", RECONCILER_NAMESPACE)
             .env(
                 "RUST_LOG",
-                std::env::var("NSB_RECONCILER_LOG")
-                    .unwrap_or_else(|_| "info,namespace_baseline_reconciler=debug".to_owned()),
+                std::env::var("NSB_RECONCILER_LOG").unwrap_or_else(|_| default_log.to_owned()),
             )
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdin(Stdio::null())
@@ -465,19 +436,6 @@ impl Cluster {
             reconciler.pid(),
             reconciler.log.display()
         );
-        // Ready: leadership known and, when leading, caches synced (its initial LISTs done).
-        wait_until(
-            "the reconciler to be ready (/readyz)",
-            Duration::from_secs(30),
-            || {
-                let result = reconciler
-                    .check_alive()
-                    .and_then(|()| http_get(port, "/readyz"));
-                async move { Ok(result.ok().filter(|(code, _)| *code == 200).map(|_| ())) }
-            },
-        )
-        .await
-        .with_context(|| reconciler.log_tail(40))?;
         Ok(reconciler)
     }
 }

@@ -38,6 +38,8 @@ use hyper::header::{HOST, HeaderMap, HeaderValue, RETRY_AFTER};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
+use rand::rngs::StdRng;
+use rand::{RngExt as _, SeedableRng as _};
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
 use rustls_pki_types::pem::PemObject;
@@ -243,36 +245,22 @@ impl fmt::Display for Report {
     }
 }
 
-/// xorshift64*: small, seeded, good enough to pick faults.
+/// The proxy's random choices, seeded so that a run's faults can be replayed.
 #[derive(Debug)]
-struct Rng(u64);
+struct Rng(StdRng);
 
 impl Rng {
     fn new(seed: u64) -> Self {
-        let state = seed ^ 0x9E37_79B9_7F4A_7C15;
-        Self(if state == 0 { 1 } else { state })
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        Self(StdRng::seed_from_u64(seed))
     }
 
     /// Uniform in `[0, 1)`.
     fn unit(&mut self) -> f64 {
-        #[allow(clippy::cast_precision_loss)]
-        let value = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        value
+        self.0.random()
     }
 
     fn below(&mut self, n: usize) -> usize {
-        #[allow(clippy::cast_possible_truncation)]
-        let index = (self.next_u64() % n.max(1) as u64) as usize;
-        index
+        self.0.random_range(0..n.max(1))
     }
 
     fn between(&mut self, low: Duration, high: Duration) -> Duration {

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use namespace_baseline_e2e::fixture::Fixture;
 use namespace_baseline_e2e::{Cluster, HostOptions, PolicyHost, VALIDATE, ValidationResponse};
+use rand::rngs::StdRng;
+use rand::{RngExt as _, SeedableRng as _};
 use serde_json::{Map, Value, json};
 
 /// Requests per pass (two identical passes are run).
@@ -49,25 +51,20 @@ fn policy_wasm() -> Vec<u8> {
     })
 }
 
-/// xorshift64*, seeded: the same cases on every run.
-struct Rng(u64);
+/// Seeded: the same cases on every run.
+struct Rng(StdRng);
 
 impl Rng {
     fn new(seed: u64) -> Self {
-        Self(seed | 1)
+        Self(StdRng::seed_from_u64(seed))
     }
 
     fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.random()
     }
 
     fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % (n.max(1) as u64)).unwrap_or(0)
+        self.0.random_range(0..n.max(1))
     }
 
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {

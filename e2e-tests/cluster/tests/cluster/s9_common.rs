@@ -11,28 +11,21 @@ use namespace_baseline_cluster_tests::faults::{policy_writes, writes_outside};
 use namespace_baseline_cluster_tests::{
     AuditEvent, AuditMark, Cluster, condition, reconciler_username, wait_until,
 };
+use rand::rngs::StdRng;
+use rand::{RngExt as _, SeedableRng as _};
 
 use crate::common::{check_wall, expected_wall};
 
-/// xorshift64*: the scenarios' random choices, from a fixed seed.
-pub struct Rng(u64);
+/// The scenarios' random choices, from a fixed seed.
+pub struct Rng(StdRng);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed | 1)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        Self(StdRng::seed_from_u64(seed))
     }
 
     pub fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % (n.max(1) as u64)).unwrap_or(0)
+        self.0.random_range(0..n.max(1))
     }
 }
 

@@ -1,21 +1,16 @@
-//! The reconciler process under measurement (spawned here rather than through the harness's
-//! `start_reconciler`, to time its startup at 10 ms resolution), and what `/proc` says about
-//! it and about the control plane's processes.
+//! The reconciler process under measurement (spawned through the harness, its startup timed
+//! here at 10 ms resolution), and what `/proc` says about it and about the control plane's
+//! processes.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
-use namespace_baseline_cluster_tests::{Cluster, ENV_RECONCILER_BIN, http_get};
-use namespace_baseline_core::identity::RECONCILER_NAMESPACE;
+use anyhow::{Context as _, Result, bail};
+use namespace_baseline_cluster_tests::{self as harness, Cluster};
 
+/// The harness's reconciler process, with what the benchmark measures of it.
 pub struct Reconciler {
-    child: Option<Child>,
-    pub port: u16,
-    pub log: PathBuf,
-    pub spawned: Instant,
+    process: harness::Reconciler,
 }
 
 /// How long the process took to get ready and to finish its first reconcile.
@@ -26,48 +21,18 @@ pub struct Startup {
 }
 
 impl Reconciler {
-    /// Spawns the reconciler as its ServiceAccount (`run`, a free `--listen` port, `args`).
+    /// Spawns the reconciler as its ServiceAccount (`run`, a free `--listen` port, `args`),
+    /// logging at `info` so that logging does not weigh on what is measured.
     pub async fn spawn(cluster: &Cluster, instance: &str, args: &[String]) -> Result<Self> {
-        let binary = std::env::var_os(ENV_RECONCILER_BIN).with_context(|| {
-            format!("{ENV_RECONCILER_BIN} is not set (cluster-bench.sh sets it)")
-        })?;
-        let kubeconfig = cluster.reconciler_kubeconfig().await?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let log = kubeconfig.with_file_name(format!("bench-{instance}.log"));
-        let file = std::fs::File::create(&log)?;
-        let spawned = Instant::now();
-        let child = Command::new(&binary)
-            .arg("run")
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .args(args)
-            .env("KUBECONFIG", &kubeconfig)
-            .env("POD_NAME", instance)
-            .env("POD_NAMESPACE", RECONCILER_NAMESPACE)
-            .env(
-                "RUST_LOG",
-                std::env::var("NSB_RECONCILER_LOG").unwrap_or_else(|_| "info".to_owned()),
-            )
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {}", Path::new(&binary).display()))?;
-        eprintln!(
-            "   reconciler {instance}: pid {}, port {port}, log {}",
-            child.id(),
-            log.display()
-        );
-        Ok(Self {
-            child: Some(child),
-            port,
-            log,
-            spawned,
-        })
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let process = cluster
+            .spawn_reconciler(instance, &args, None, "info")
+            .await?;
+        Ok(Self { process })
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.process.pid()
     }
 
     /// Polls `/readyz` and (when `reconcile`: there is a baseline) the reconcile counter every
@@ -75,16 +40,12 @@ impl Reconciler {
     pub async fn wait_started(&mut self, reconcile: bool, timeout: Duration) -> Result<Startup> {
         let mut ready = None;
         loop {
-            if let Some(child) = self.child.as_mut()
-                && let Some(status) = child.try_wait()?
-            {
-                bail!("reconciler exited ({status}); log {}", self.log.display());
-            }
-            let elapsed = self.spawned.elapsed();
+            self.process.check_alive()?;
+            let elapsed = self.process.started.elapsed();
             // A standby is ready too: wait for the leader gauge, then for /readyz.
             if ready.is_none()
                 && self.metric("namespace_baseline_leader").unwrap_or(0.0) >= 1.0
-                && matches!(http_get(self.port, "/readyz"), Ok((200, _)))
+                && matches!(self.process.http("/readyz"), Ok((200, _)))
             {
                 ready = Some(elapsed);
             }
@@ -99,7 +60,7 @@ impl Reconciler {
             if elapsed > timeout {
                 bail!(
                     "reconciler not ready and reconciled within {timeout:?}; log {}",
-                    self.log.display()
+                    self.process.log.display()
                 );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -107,15 +68,7 @@ impl Reconciler {
     }
 
     pub fn metric(&self, series: &str) -> Result<f64> {
-        let (code, body) = http_get(self.port, "/metrics")?;
-        ensure!(code == 200, "/metrics answered {code}");
-        Ok(body
-            .lines()
-            .find_map(|line| {
-                let (name, value) = line.rsplit_once(' ')?;
-                (name == series).then(|| value.parse().ok()).flatten()
-            })
-            .unwrap_or(0.0))
+        self.process.metric(series)
     }
 
     pub fn successful_reconciles(&self) -> Result<f64> {
@@ -136,32 +89,7 @@ impl Reconciler {
 
     /// SIGTERM, then waits (25 s at most) for the exit.
     pub async fn stop(&mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()?;
-        ensure!(status.success(), "kill -TERM failed");
-        let started = Instant::now();
-        while child.try_wait()?.is_none() {
-            if started.elapsed() > Duration::from_secs(25) {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("the reconciler did not exit within 25 s of SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Reconciler {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.stop().await.map(drop)
     }
 }
 

@@ -1,0 +1,71 @@
+//! Kubeconfigs for the reconciler's ServiceAccount, so that the demo and the cluster tests
+//! run it with exactly the permissions `deploy/rbac.yaml` grants, not the admin's.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::config::{Cluster, Kubeconfig};
+use namespace_baseline_core::identity::{RECONCILER_NAMESPACE, RECONCILER_SERVICE_ACCOUNT};
+use serde_json::{Value, json};
+
+/// The cluster (server, certificate authority) of a kubeconfig's current context.
+pub fn current_cluster(kubeconfig: &Kubeconfig) -> Result<&Cluster> {
+    let context = kubeconfig
+        .current_context
+        .clone()
+        .or_else(|| kubeconfig.contexts.first().map(|c| c.name.clone()))
+        .context("kubeconfig without a context")?;
+    let cluster_name = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone())
+        .context("kubeconfig: its current context is not defined")?;
+    kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster_name)
+        .and_then(|c| c.cluster.as_ref())
+        .with_context(|| format!("kubeconfig: cluster {cluster_name} is not defined"))
+}
+
+/// Writes to `path` a kubeconfig that reaches `cluster` (the `cluster` entry of a kubeconfig,
+/// as JSON) as the reconciler's ServiceAccount, with an hour-long TokenRequest token that
+/// `admin` asks for.
+pub async fn write_reconciler_kubeconfig(
+    admin: &Client,
+    cluster: Value,
+    path: &Path,
+) -> Result<()> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), RECONCILER_NAMESPACE);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request(RECONCILER_SERVICE_ACCOUNT, &PostParams::default(), &request)
+        .await
+        .context("TokenRequest for the reconciler's ServiceAccount")?
+        .status
+        .context("TokenRequest without status")?
+        .token;
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": RECONCILER_SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": "reconciler", "context": {
+            "cluster": "local", "user": RECONCILER_SERVICE_ACCOUNT, "namespace": RECONCILER_NAMESPACE}}],
+        "current-context": "reconciler",
+    });
+    std::fs::write(path, serde_yaml::to_string(&kubeconfig)?)
+        .with_context(|| format!("writing {}", path.display()))
+}

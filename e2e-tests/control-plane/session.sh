@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# Sourced by the scripts that build things with cargo and run them on the local control plane
+# (cluster-tests.sh, cluster-bench.sh, manifests-check.sh, charts/check.sh, demo/demo.sh).
+# Source it after `set -euo pipefail`; it defines:
+#   nsb_say MESSAGE...        a timestamped progress line (to stderr), prefix $NSB_SAY_PREFIX
+#   nsb_target_dir            cargo's target directory (honours CARGO_TARGET_DIR)
+#   nsb_start_control_plane   builds (or reuses) and starts kube-apiserver + etcd, exports the
+#                             variables of its env file (KUBECONFIG, NSB_AUDIT_LOG, ...) and
+#                             sets NSB_STATE_DIR
+#   nsb_stop_control_plane    stops it again (safe to call twice, or when none was started)
+
+NSB_CONTROL_PLANE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+NSB_STARTED_AT="${NSB_STARTED_AT:-$EPOCHREALTIME}"
+NSB_SAY_PREFIX="${NSB_SAY_PREFIX:->>}"
+NSB_STATE_DIR=""
+
+nsb_say() {
+  awk -v a="$NSB_STARTED_AT" -v b="$EPOCHREALTIME" -v p="$NSB_SAY_PREFIX" -v m="$*" \
+    'BEGIN { printf "%s [%6.1fs] %s\n", p, b - a, m }' >&2
+}
+
+nsb_target_dir() {
+  "${CARGO:-cargo}" metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p'
+}
+
+nsb_start_control_plane() {
+  "$NSB_CONTROL_PLANE/build.sh" >&2
+  NSB_STATE_DIR="$("$NSB_CONTROL_PLANE/start.sh" | tail -n 1)"
+  set -a
+  # shellcheck disable=SC1091
+  . "$NSB_STATE_DIR/env"
+  set +a
+  nsb_say "control plane $NSB_K8S_VERSION at $NSB_APISERVER_URL (state $NSB_STATE_DIR)"
+}
+
+nsb_stop_control_plane() {
+  if [[ -n "$NSB_STATE_DIR" ]]; then
+    nsb_say "stopping the control plane ($NSB_STATE_DIR)"
+    "$NSB_CONTROL_PLANE/stop.sh" "$NSB_STATE_DIR" >&2 || echo "!! stop.sh failed for $NSB_STATE_DIR" >&2
+    NSB_STATE_DIR=""
+  fi
+}
