@@ -125,6 +125,39 @@ pub fn drift(desired: &NetworkPolicy, actual: &NetworkPolicy) -> Option<Drift> {
     (!labels_intact).then_some(Drift::Labels)
 }
 
+/// Where `actual` differs from `desired`, for people: the top-level spec fields
+/// (`spec.egress`, `spec.podSelector`, ...) and the managed labels
+/// (`metadata.labels[hedronite.io/baseline]`) that make [`drift`] find a difference. Empty
+/// exactly when [`drift`] is `None`; compared the same way (see [`canonical_json`]).
+pub fn drifted_fields(desired: &NetworkPolicy, actual: &NetworkPolicy) -> Vec<String> {
+    let mut fields = Vec::new();
+    let (want, have) = (canonical(&desired.spec), canonical(&actual.spec));
+    if want != have {
+        let empty = serde_json::Map::new();
+        let want_fields = want.as_object().unwrap_or(&empty);
+        let have_fields = have.as_object().unwrap_or(&empty);
+        let mut keys: Vec<&String> = want_fields.keys().chain(have_fields.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        fields.extend(
+            keys.into_iter()
+                .filter(|key| want_fields.get(*key) != have_fields.get(*key))
+                .map(|key| format!("spec.{key}")),
+        );
+        if fields.is_empty() {
+            // One side has no spec at all.
+            fields.push("spec".to_owned());
+        }
+    }
+    let actual_labels = actual.metadata.labels.as_ref();
+    for (key, value) in desired.metadata.labels.iter().flatten() {
+        if actual_labels.and_then(|labels| labels.get(key)) != Some(value) {
+            fields.push(format!("metadata.labels[{key}]"));
+        }
+    }
+    fields
+}
+
 /// JSON with nulls, empty lists and empty maps dropped from objects, so that `ingress: []`
 /// (what we apply) and an absent `ingress` (what the API server returns) compare equal,
 /// while `egress: [{}]` (allow all egress) stays different from no egress at all.
@@ -340,6 +373,13 @@ mod tests {
         }
         let actual: NetworkPolicy = serde_json::from_value(actual).unwrap();
         assert_eq!(drift(desired, &actual), Some(Drift::Spec));
+        let fields: Vec<String> = patch
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|key| format!("spec.{key}"))
+            .collect();
+        assert_eq!(drifted_fields(desired, &actual), fields);
     }
 
     #[rstest]
@@ -354,6 +394,38 @@ mod tests {
             None => labels.remove(BASELINE_LABEL),
         };
         assert_eq!(drift(desired, &actual), Some(Drift::Labels));
+        assert_eq!(
+            drifted_fields(desired, &actual),
+            vec![format!("metadata.labels[{BASELINE_LABEL}]")]
+        );
+    }
+
+    #[test]
+    fn drifted_fields_name_every_difference_and_only_differences() {
+        let desired = &desired_wall("guarded", "team-a", &seed())[0];
+        let stored = as_stored(desired);
+        assert!(drifted_fields(desired, &stored).is_empty());
+        let mut both = stored.clone();
+        both.spec.as_mut().unwrap().egress = Some(vec![NetworkPolicyEgressRule::default()]);
+        both.spec.as_mut().unwrap().pod_selector = Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([("app".into(), "web".into())])),
+            match_expressions: None,
+        });
+        both.metadata.labels = None;
+        assert_eq!(drift(desired, &both), Some(Drift::Spec));
+        assert_eq!(
+            drifted_fields(desired, &both),
+            vec![
+                "spec.egress".to_owned(),
+                "spec.podSelector".to_owned(),
+                format!("metadata.labels[{MANAGED_BY_LABEL}]"),
+                format!("metadata.labels[{BASELINE_LABEL}]"),
+            ]
+        );
+        let mut no_spec = stored;
+        no_spec.spec = None;
+        assert_eq!(drift(desired, &no_spec), Some(Drift::Spec));
+        assert_eq!(drifted_fields(desired, &no_spec), vec!["spec.policyTypes"]);
     }
 
     #[test]

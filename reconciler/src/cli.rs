@@ -1,9 +1,10 @@
 //! The command line.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, ArgGroup, Parser, Subcommand, ValueEnum};
 
 /// Installs and repairs the network walls declared by NamespaceBaselines.
 #[derive(Debug, Parser)]
@@ -16,12 +17,47 @@ pub struct Cli {
     pub run: RunOptions,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Run the reconciler (the default).
     Run,
     /// Print the CustomResourceDefinition YAML.
     Crd,
+    /// Print what the reconciler would write, without writing: from manifests (offline) or
+    /// from the cluster (read-only). Exit code 0: nothing to change; 2: changes pending;
+    /// 1: error.
+    Plan(PlanOptions),
+}
+
+/// `plan`: which baselines, against which state, printed how.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[command(group(ArgGroup::new("state").required(true).args(["manifests", "cluster"])))]
+pub struct PlanOptions {
+    /// NamespaceBaseline manifests: a file (YAML, multi-document, or JSON; `kind: List` too)
+    /// or a directory of them; repeatable. Without it: the NamespaceBaselines among
+    /// --manifests, or those of the cluster with --cluster.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Vec<PathBuf>,
+
+    /// Namespace and NetworkPolicy manifests (a file or a directory, YAML or JSON): plan
+    /// offline against them, e.g. as a pre-merge check.
+    #[arg(long, value_name = "PATH")]
+    pub manifests: Option<PathBuf>,
+
+    /// Plan against the live cluster of the kubeconfig (as `run` finds it), read-only: only
+    /// GET and LIST requests.
+    #[arg(long)]
+    pub cluster: bool,
+
+    /// Output format: text for people, json for machines.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -140,6 +176,49 @@ mod tests {
         assert_eq!(
             parse(&["--concurrency", "2", "crd"]).command,
             Some(Command::Crd)
+        );
+    }
+
+    #[test]
+    fn plan_takes_baselines_and_exactly_one_source_of_state() {
+        let cli = parse(&[
+            "plan",
+            "--baseline",
+            "a.yaml",
+            "--baseline",
+            "b.json",
+            "--manifests",
+            "cluster/",
+            "-o",
+            "json",
+        ]);
+        let Some(Command::Plan(options)) = cli.command else {
+            panic!("not plan: {:?}", cli.command)
+        };
+        assert_eq!(
+            options.baseline,
+            vec![PathBuf::from("a.yaml"), PathBuf::from("b.json")]
+        );
+        assert_eq!(options.manifests, Some(PathBuf::from("cluster/")));
+        assert!(!options.cluster);
+        assert_eq!(options.output, OutputFormat::Json);
+
+        let cli = parse(&["plan", "--cluster"]);
+        let Some(Command::Plan(options)) = cli.command else {
+            panic!("not plan")
+        };
+        assert!(options.cluster && options.baseline.is_empty());
+        assert_eq!(options.output, OutputFormat::Text);
+    }
+
+    #[rstest]
+    #[case(&["plan"])]
+    #[case(&["plan", "--baseline", "a.yaml"])]
+    #[case(&["plan", "--cluster", "--manifests", "m/"])]
+    #[case(&["plan", "--cluster", "--output", "yaml"])]
+    fn plan_refuses_a_missing_or_double_source(#[case] args: &[&str]) {
+        assert!(
+            Cli::try_parse_from(std::iter::once("reconciler").chain(args.iter().copied())).is_err()
         );
     }
 

@@ -25,7 +25,7 @@ use namespace_baseline_core::identity::{
     dns_policy_name, managed_selector,
 };
 use namespace_baseline_core::spec::{
-    DeletionPolicy, Mode, NamespaceBaseline, NamespaceBaselineSpec,
+    DeletionPolicy, Mode, NamespaceBaseline, NamespaceBaselineSpec, SpecError,
 };
 use namespace_baseline_core::wall::{Change, desired_wall, plan_namespace};
 use serde_json::json;
@@ -252,16 +252,20 @@ pub fn error_policy(baseline: Arc<NamespaceBaseline>, error: &Error, ctx: Arc<Co
 
 async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Result<Action, Failed> {
     ctx.caches.synced().await?;
-    if baseline.meta().deletion_timestamp.is_some() {
-        return Ok(clean_up(baseline, ctx).await?);
-    }
+    let namespaces = ctx.caches.namespaces.state();
+    let policies = ctx.caches.policies.state();
+    let planner = match decide(baseline, &namespaces, &policies) {
+        Decision::CleanUp(writes) => return Ok(clean_up(baseline, ctx, writes).await?),
+        Decision::Invalid(spec_error) => Err(spec_error),
+        Decision::Converge(planner) => Ok(planner),
+    };
     sync_finalizer(baseline, ctx).await?;
 
     let Converged {
         report,
         counts,
         error,
-    } = converge(baseline, ctx).await;
+    } = converge(baseline, ctx, planner).await;
     match error {
         None => {
             let status_changed = write_status(baseline, ctx, &report).await?;
@@ -308,7 +312,11 @@ fn count(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
-async fn converge(baseline: &NamespaceBaseline, ctx: &Context) -> Converged {
+async fn converge(
+    baseline: &NamespaceBaseline,
+    ctx: &Context,
+    planner: Result<Planner<'_>, SpecError>,
+) -> Converged {
     let mut report = Report {
         generation: baseline.meta().generation,
         mode: baseline.spec.mode,
@@ -317,8 +325,8 @@ async fn converge(baseline: &NamespaceBaseline, ctx: &Context) -> Converged {
         drifted: 0,
         failure: None,
     };
-    let selector = match baseline.spec.validate() {
-        Ok(selector) => selector,
+    let planner = match planner {
+        Ok(planner) => planner,
         Err(spec_error) => {
             let error = Error::InvalidSpec(spec_error);
             report.failure = Some(Failure::from(&error));
@@ -329,10 +337,6 @@ async fn converge(baseline: &NamespaceBaseline, ctx: &Context) -> Converged {
             };
         }
     };
-    let name = baseline.name_any();
-    let namespaces = ctx.caches.namespaces.state();
-    let policies = ctx.caches.policies.state();
-    let planner = Planner::new(&name, &baseline.spec, &selector, &namespaces, &policies);
     report.namespaces = planner.matched();
     if baseline.spec.mode == Mode::Audit {
         report.drifted = planner
@@ -362,6 +366,56 @@ async fn converge(baseline: &NamespaceBaseline, ctx: &Context) -> Converged {
     }
 }
 
+/// What one reconcile of a baseline does to NetworkPolicies, decided from the baseline and
+/// the cluster state alone (no I/O): the reconcile acts on it, `plan` reports it.
+pub enum Decision<'a> {
+    /// The baseline is being deleted: these deletions (none under `Orphan`, or without the
+    /// cleanup finalizer), then the finalizer, if present, is released.
+    CleanUp(Vec<(String, Vec<Change>)>),
+    /// The spec cannot be acted on: nothing is written (`Ready=False`, `InvalidSpec`).
+    Invalid(SpecError),
+    /// The wall in every matching namespace: written in `Enforce`, reported as drift in
+    /// `Audit`.
+    Converge(Planner<'a>),
+}
+
+/// Decides what reconciling `baseline` writes, given the namespaces and managed policies
+/// (as the watch caches hold them).
+pub fn decide<'a>(
+    baseline: &'a NamespaceBaseline,
+    namespaces: &'a [Arc<Namespace>],
+    policies: &'a [Arc<NetworkPolicy>],
+) -> Decision<'a> {
+    let name = baseline.name_any();
+    if baseline.meta().deletion_timestamp.is_some() {
+        let writes = if has_finalizer(baseline) && wants_finalizer(&baseline.spec) {
+            policies_by_namespace(&name, policies)
+                .into_iter()
+                .map(|(namespace, existing)| {
+                    (
+                        namespace.to_owned(),
+                        plan_namespace(Vec::new(), &existing, true),
+                    )
+                })
+                .filter(|(_, changes)| !changes.is_empty())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        return Decision::CleanUp(writes);
+    }
+    match baseline.spec.validate() {
+        Ok(selector) => Decision::Converge(Planner::new(
+            name,
+            &baseline.spec,
+            selector,
+            namespaces,
+            policies,
+        )),
+        Err(spec_error) => Decision::Invalid(spec_error),
+    }
+}
+
 /// The changes that bring the cluster to one baseline's wall, per namespace.
 #[derive(Debug, Default, PartialEq)]
 pub struct Plan {
@@ -377,10 +431,7 @@ impl Plan {
     }
 }
 
-/// Decides, through the core, what to write: the wall in every matching namespace (pruning
-/// what the spec no longer wants), and in namespaces that stopped matching, nothing under
-/// `Orphan` and removal under `Delete`. Terminating namespaces are left to the namespace
-/// controller.
+/// The writes of [`Planner`], collected.
 pub fn plan(
     baseline: &str,
     spec: &NamespaceBaselineSpec,
@@ -388,38 +439,60 @@ pub fn plan(
     namespaces: &[Arc<Namespace>],
     policies: &[Arc<NetworkPolicy>],
 ) -> Plan {
-    let planner = Planner::new(baseline, spec, selector, namespaces, policies);
+    let planner = Planner::new(
+        baseline.to_owned(),
+        spec,
+        selector.clone(),
+        namespaces,
+        policies,
+    );
     Plan {
         namespaces: planner.matched(),
         writes: planner.writes().collect(),
     }
 }
 
-/// [`plan`], one namespace at a time: the reconcile pulls a namespace's changes only when a
-/// write slot is free, so the desired objects of a large first install are never all in
+/// Decides, through the core, what to write: the wall in every matching namespace (pruning
+/// what the spec no longer wants), and in namespaces that stopped matching, nothing under
+/// `Orphan` and removal under `Delete`. Terminating namespaces are left to the namespace
+/// controller. One namespace at a time: the reconcile pulls a namespace's changes only when
+/// a write slot is free, so the desired objects of a large first install are never all in
 /// memory together.
-struct Planner<'a> {
-    baseline: &'a str,
+pub struct Planner<'a> {
+    baseline: String,
     spec: &'a NamespaceBaselineSpec,
-    selector: &'a LabelSelector,
+    selector: LabelSelector,
     namespaces: &'a [Arc<Namespace>],
     ours: HashMap<&'a str, Vec<&'a NetworkPolicy>>,
 }
 
+/// One namespace as a reconcile sees it.
+#[derive(Debug)]
+pub struct NamespacePlan<'p> {
+    pub namespace: &'p str,
+    /// Whether the baseline's selector matches it.
+    pub selected: bool,
+    /// This baseline's managed policies there.
+    pub existing: &'p [&'p NetworkPolicy],
+    /// The writes that bring it to the wall (empty when in place, or left as found).
+    pub changes: Vec<Change>,
+}
+
 impl<'a> Planner<'a> {
     fn new(
-        baseline: &'a str,
+        baseline: String,
         spec: &'a NamespaceBaselineSpec,
-        selector: &'a LabelSelector,
+        selector: LabelSelector,
         namespaces: &'a [Arc<Namespace>],
         policies: &'a [Arc<NetworkPolicy>],
     ) -> Self {
+        let ours = policies_by_namespace(&baseline, policies);
         Self {
             baseline,
             spec,
             selector,
             namespaces,
-            ours: policies_by_namespace(baseline, policies),
+            ours,
         }
     }
 
@@ -428,7 +501,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Namespaces the selector matches (terminating ones excluded).
-    fn matched(&self) -> u32 {
+    pub fn matched(&self) -> u32 {
         count(
             self.namespaces
                 .iter()
@@ -437,9 +510,10 @@ impl<'a> Planner<'a> {
         )
     }
 
-    /// Non-empty change lists, by namespace: the wall where the selector matches; where it
-    /// no longer does, this baseline's policies (removed only under `Delete`).
-    fn writes(&self) -> impl Iterator<Item = (String, Vec<Change>)> + Send + '_ {
+    /// Every live namespace the selector matches or this baseline has policies in, with its
+    /// changes: the wall where the selector matches; where it no longer does, this
+    /// baseline's policies (removed only under `Delete`).
+    pub fn namespaces(&self) -> impl Iterator<Item = NamespacePlan<'_>> + Send + '_ {
         let prune = self.spec.deletion_policy == DeletionPolicy::Delete;
         self.namespaces
             .iter()
@@ -447,15 +521,32 @@ impl<'a> Planner<'a> {
             .filter_map(move |namespace| {
                 let name = namespace.metadata.name.as_deref().unwrap_or_default();
                 let existing = self.ours.get(name).map_or(&[][..], Vec::as_slice);
-                let changes = if self.selector.matches(namespace.labels()) {
-                    plan_namespace(desired_wall(self.baseline, name, self.spec), existing, true)
+                let selected = self.selector.matches(namespace.labels());
+                let changes = if selected {
+                    plan_namespace(
+                        desired_wall(&self.baseline, name, self.spec),
+                        existing,
+                        true,
+                    )
                 } else if existing.is_empty() {
                     return None;
                 } else {
                     plan_namespace(Vec::new(), existing, prune)
                 };
-                (!changes.is_empty()).then(|| (name.to_owned(), changes))
+                Some(NamespacePlan {
+                    namespace: name,
+                    selected,
+                    existing,
+                    changes,
+                })
             })
+    }
+
+    /// Non-empty change lists, by namespace.
+    pub fn writes(&self) -> impl Iterator<Item = (String, Vec<Change>)> + Send + '_ {
+        self.namespaces()
+            .filter(|namespace| !namespace.changes.is_empty())
+            .map(|namespace| (namespace.namespace.to_owned(), namespace.changes))
     }
 }
 
@@ -640,25 +731,18 @@ async fn patch_finalizers(
     Ok(())
 }
 
-/// A baseline being deleted: under `Delete` its policies go, then the finalizer; under
-/// `Orphan` (no finalizer) nothing is touched.
-async fn clean_up(baseline: &NamespaceBaseline, ctx: &Context) -> Result<Action> {
+/// A baseline being deleted: under `Delete` its policies go (`writes`, from [`decide`]), then
+/// the finalizer; under `Orphan` (no finalizer) nothing is touched.
+async fn clean_up(
+    baseline: &NamespaceBaseline,
+    ctx: &Context,
+    writes: Vec<(String, Vec<Change>)>,
+) -> Result<Action> {
     if !has_finalizer(baseline) {
         return Ok(Action::await_change());
     }
     let name = baseline.name_any();
-    if wants_finalizer(&baseline.spec) {
-        let policies = ctx.caches.policies.state();
-        let writes: Vec<_> = policies_by_namespace(&name, &policies)
-            .into_iter()
-            .map(|(namespace, existing)| {
-                (
-                    namespace.to_owned(),
-                    plan_namespace(Vec::new(), &existing, true),
-                )
-            })
-            .filter(|(_, changes)| !changes.is_empty())
-            .collect();
+    if !writes.is_empty() {
         let (counts, error) = apply(ctx, writes.into_iter()).await;
         ctx.state.metrics.objects_applied(counts.writes());
         if let Some(error) = error {

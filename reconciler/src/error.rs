@@ -85,6 +85,10 @@ pub enum Error {
     /// Installing the logging subscriber failed.
     #[error("setting up logging: {0}")]
     Telemetry(String),
+
+    /// `plan` could not read its input (a manifest, the cluster).
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -111,7 +115,7 @@ impl Error {
     /// The one classification of failures.
     pub fn class(&self) -> ErrorClass {
         match self {
-            Self::InvalidSpec(_) | Self::MissingField { .. } | Self::Yaml(_) => {
+            Self::InvalidSpec(_) | Self::MissingField { .. } | Self::Yaml(_) | Self::Plan(_) => {
                 ErrorClass::Permanent
             }
             Self::Apply { source, .. }
@@ -151,6 +155,7 @@ impl Error {
             Self::Http { .. } => "HttpServer",
             Self::Yaml(_) => "CrdRendering",
             Self::Telemetry(_) => "Telemetry",
+            Self::Plan(_) => "PlanInput",
         }
     }
 

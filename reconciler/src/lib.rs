@@ -10,6 +10,7 @@ pub mod error;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod plan;
 pub mod retry;
 pub mod run;
 pub mod state;
@@ -24,18 +25,22 @@ mod fixtures;
 
 pub use error::{Error, ErrorClass, Result};
 
+use std::process::ExitCode;
+
 use cli::{Cli, Command};
 
-/// Runs the command line: `run` (the default) or `crd`.
-pub async fn main(cli: Cli) -> Result<()> {
+/// Runs the command line: `run` (the default), `crd` or `plan`; the process's exit code
+/// when it does not fail.
+pub async fn main(cli: Cli) -> Result<ExitCode> {
     match cli.command.unwrap_or(Command::Run) {
         Command::Crd => {
             print!("{}", crd::yaml()?);
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         Command::Run => {
             telemetry::init(cli.run.log_format)?;
-            run::run(cli.run).await
+            run::run(cli.run).await.map(|()| ExitCode::SUCCESS)
         }
+        Command::Plan(options) => plan::main(&options).await,
     }
 }

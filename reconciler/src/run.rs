@@ -26,10 +26,16 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// How long releasing the lease may take on shutdown.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub async fn run(options: RunOptions) -> Result<()> {
-    let config = kube::Config::infer()
+/// The client configuration: `KUBECONFIG` (or `~/.kube/config`), else the in-cluster
+/// ServiceAccount.
+pub async fn config() -> Result<kube::Config> {
+    kube::Config::infer()
         .await
-        .map_err(|error| Error::Client(Box::new(kube::Error::InferConfig(error))))?;
+        .map_err(|error| Error::Client(Box::new(kube::Error::InferConfig(error))))
+}
+
+pub async fn run(options: RunOptions) -> Result<()> {
+    let config = config().await?;
     let client =
         Client::try_from(config.clone()).map_err(|error| Error::Client(Box::new(error)))?;
     let identity = identity(options.identity.clone());

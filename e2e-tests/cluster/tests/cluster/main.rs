@@ -7,6 +7,7 @@
 //! Key figures are printed as `FIGURE ...` lines (run with `--nocapture` to see them).
 
 mod common;
+mod s10_plan;
 mod s1_crd;
 mod s2_s3_wall;
 mod s4_quiet;
