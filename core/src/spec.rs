@@ -223,7 +223,7 @@ impl NamespaceBaselineSpec {
 }
 
 /// A DNS-1123 label, the syntax of namespace names.
-fn is_dns_label(text: &str) -> bool {
+pub fn is_dns_label(text: &str) -> bool {
     text.len() <= 63 && !text.contains('.') && crate::selector::is_valid_subdomain(text)
 }
 

@@ -1,6 +1,7 @@
 //! What the admission policy decides. The policy (waPC) and the playground only parse and
 //! translate; every verdict comes from here.
 
+mod payload;
 mod request;
 mod rules;
 mod settings;
@@ -9,6 +10,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
+pub use payload::{check_settings, evaluate, read_request};
 pub use request::{AdmissionRequest, GroupVersionKind, MetadataView, ObjectView, UserInfo};
 pub use rules::{
     review_namespace_update, review_policy_create, review_policy_delete, review_policy_update,

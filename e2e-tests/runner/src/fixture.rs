@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{Cluster, Evaluation, HostCall, PolicyHost, SettingsResponse};
@@ -128,8 +128,9 @@ pub fn load_dir(
         .collect())
 }
 
-/// The outcome of one fixture.
-#[derive(Debug, Clone, PartialEq)]
+/// The outcome of one fixture (`--report json` writes these as they are).
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct Report {
     pub name: String,
     pub expected: String,

@@ -1,8 +1,11 @@
-//! `e2e-runner --wasm <path> --fixtures <dir> [--filter substring]`
+//! `e2e-runner --wasm <path> --fixtures <dir> [--filter substring] [--report table|json]`
 //!
 //! Loads the built policy in a real waPC host and runs every fixture through
 //! `validate_settings` and `validate`. Prints one row per fixture, the details of each
 //! failure, and `N passed, M failed`; exits 1 on any failure or when no fixture was found.
+//! `--report json` prints one JSON document instead (every fixture's expected and actual
+//! verdict and message: the playground's browser test compares the page with it), with
+//! the same exit code.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,19 +15,26 @@ use anyhow::{Context, bail};
 use namespace_baseline_e2e::PolicyHost;
 use namespace_baseline_e2e::fixture::{self, Report};
 
-const USAGE: &str =
-    "usage: e2e-runner --wasm <policy.wasm> --fixtures <dir> [--filter <substring>]";
+const USAGE: &str = "usage: e2e-runner --wasm <policy.wasm> --fixtures <dir> [--filter <substring>] [--report table|json]";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReportFormat {
+    Table,
+    Json,
+}
 
 struct Args {
     wasm: PathBuf,
     fixtures: PathBuf,
     filter: Option<String>,
+    report: ReportFormat,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut wasm = None;
     let mut fixtures = None;
     let mut filter = None;
+    let mut report = ReportFormat::Table;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -43,6 +53,13 @@ fn parse_args() -> anyhow::Result<Args> {
             "--wasm" => wasm = Some(PathBuf::from(value()?)),
             "--fixtures" => fixtures = Some(PathBuf::from(value()?)),
             "--filter" => filter = Some(value()?),
+            "--report" => {
+                report = match value()?.as_str() {
+                    "table" => ReportFormat::Table,
+                    "json" => ReportFormat::Json,
+                    other => bail!("--report {other:?}: use table or json\n{USAGE}"),
+                }
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -54,6 +71,7 @@ fn parse_args() -> anyhow::Result<Args> {
         wasm: wasm.with_context(|| format!("--wasm is required\n{USAGE}"))?,
         fixtures: fixtures.with_context(|| format!("--fixtures is required\n{USAGE}"))?,
         filter,
+        report,
     })
 }
 
@@ -93,18 +111,27 @@ fn run() -> anyhow::Result<bool> {
     let fixtures = fixture::load_dir(&args.fixtures, args.filter.as_deref())
         .with_context(|| format!("cannot list the fixtures in {}", args.fixtures.display()))?;
 
+    let json = args.report == ReportFormat::Json;
+    // With `--report json`, stdout holds the JSON document alone; the rest goes to stderr.
+    let say = |line: String| {
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     let started = Instant::now();
     let mut host = PolicyHost::new(&wasm)
         .with_context(|| format!("cannot load {} in a waPC host", args.wasm.display()))?;
     let protocol = host
         .protocol_version()
         .context("the policy does not answer protocol_version")?;
-    println!(
+    say(format!(
         "policy {} ({} bytes, protocol {protocol}) loaded in {:.2?}",
         args.wasm.display(),
         wasm.len(),
         started.elapsed()
-    );
+    ));
 
     let started = Instant::now();
     let reports: Vec<Report> = fixtures
@@ -116,34 +143,48 @@ fn run() -> anyhow::Result<bool> {
         .collect();
     let elapsed = started.elapsed();
 
-    print_table(&reports);
     let failed: Vec<&Report> = reports.iter().filter(|r| !r.passed()).collect();
+    if json {
+        let document = serde_json::json!({
+            "policy": args.wasm.display().to_string(),
+            "bytes": wasm.len(),
+            "fixtures": reports,
+            "passed": reports.len() - failed.len(),
+            "failed": failed.len(),
+        });
+        println!("{}", serde_json::to_string_pretty(&document)?);
+    } else {
+        print_table(&reports);
+    }
     if !failed.is_empty() {
-        println!("\nfailures:");
+        say("\nfailures:".to_owned());
         for report in &failed {
-            println!("- {}:", report.name);
+            say(format!("- {}:", report.name));
             for failure in &report.failures {
-                println!("    {failure}");
+                say(format!("    {failure}"));
             }
         }
     }
     if reports.is_empty() {
-        println!(
+        say(format!(
             "\nno fixture found in {}{}",
             args.fixtures.display(),
             args.filter
                 .as_deref()
                 .map(|f| format!(" matching {f:?}"))
                 .unwrap_or_default()
-        );
+        ));
     } else {
-        println!("\n{} fixtures evaluated in {elapsed:.2?}", reports.len());
+        say(format!(
+            "\n{} fixtures evaluated in {elapsed:.2?}",
+            reports.len()
+        ));
     }
-    println!(
+    say(format!(
         "{} passed, {} failed",
         reports.len() - failed.len(),
         failed.len()
-    );
+    ));
     Ok(failed.is_empty() && !reports.is_empty())
 }
 

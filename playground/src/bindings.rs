@@ -1,0 +1,36 @@
+//! The functions the page imports (`pkg/namespace_baseline_playground.js`). Each takes the
+//! editors' text and returns one JSON document: the page never sees a Rust panic or a
+//! thrown error for bad input, only answers with `errors`.
+
+use wasm_bindgen::prelude::wasm_bindgen;
+
+use crate::{EvaluateInput, to_json};
+
+/// [`crate::evaluate()`] as JSON (an [`crate::Evaluation`]).
+#[wasm_bindgen(js_name = evaluate)]
+pub fn evaluate(settings: &str, baselines: &str, host_error: &str, request: &str) -> String {
+    to_json(&crate::evaluate(&EvaluateInput {
+        settings,
+        baselines,
+        host_error,
+        request,
+    }))
+}
+
+/// [`crate::render_wall()`] as JSON (a [`crate::WallView`]).
+#[wasm_bindgen(js_name = renderWall)]
+pub fn render_wall(baselines: &str, baseline: &str, namespace: &str) -> String {
+    to_json(&crate::render_wall(baselines, baseline, namespace))
+}
+
+/// [`crate::to_yaml()`] as JSON (a [`crate::Converted`]).
+#[wasm_bindgen(js_name = toYaml)]
+pub fn to_yaml(text: &str) -> String {
+    to_json(&crate::to_yaml(text))
+}
+
+/// The crate version, shown in the page footer.
+#[wasm_bindgen(js_name = version)]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_owned()
+}

@@ -1,0 +1,127 @@
+//! What a person types into the playground's editors: JSON or YAML (one or several YAML
+//! documents), read into JSON values. Every failure is a message that says where.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One document of JSON or YAML; `Ok(None)` when the text is blank. JSON is tried first so
+/// that a JSON mistake is reported as one (YAML would read most broken JSON as a string or
+/// complain about something else).
+pub fn parse(text: &str) -> Result<Option<Value>, String> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let json_error = match serde_json::from_str::<Value>(text) {
+        Ok(value) => return Ok(Some(value)),
+        Err(error) => error,
+    };
+    match serde_yaml::from_str::<Value>(text) {
+        Ok(value) => Ok(Some(value)),
+        Err(_) if looks_like_json(text) => Err(format!("not valid JSON: {json_error}")),
+        Err(error) => Err(format!("not valid YAML: {}", yaml_message(&error))),
+    }
+}
+
+/// Every document of a YAML stream (`---` separated), or the one JSON document. Blank
+/// documents are skipped.
+pub fn parse_all(text: &str) -> Result<Vec<Value>, String> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    if let Ok(value) = serde_json::from_str::<Value>(text) {
+        return Ok(vec![value]);
+    }
+    let mut documents = Vec::new();
+    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        match Value::deserialize(document) {
+            Ok(Value::Null) => {}
+            Ok(value) => documents.push(value),
+            Err(error) => {
+                return Err(match parse(text) {
+                    // One document that is broken JSON: say so.
+                    Err(message) if looks_like_json(text) => message,
+                    _ => format!(
+                        "not valid YAML (document {}): {}",
+                        index + 1,
+                        yaml_message(&error)
+                    ),
+                });
+            }
+        }
+    }
+    Ok(documents)
+}
+
+/// A value as YAML, for the editors (examples are stored as JSON).
+pub fn to_yaml(value: &Value) -> Result<String, String> {
+    serde_yaml::to_string(value).map_err(|error| format!("cannot write YAML: {error}"))
+}
+
+fn looks_like_json(text: &str) -> bool {
+    let text = text.trim_start();
+    // A YAML flow mapping also opens with '{', but people write JSON far more often.
+    text.starts_with('{') && text.contains('"') || text.starts_with('[') && text.contains('"')
+}
+
+fn yaml_message(error: &serde_yaml::Error) -> String {
+    error.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_and_yaml_read_alike() {
+        let from_json = parse(r#"{"guardSelectors": ["baseline=guarded"]}"#).unwrap();
+        let from_yaml = parse("guardSelectors:\n  - baseline=guarded\n").unwrap();
+        assert_eq!(from_json, from_yaml);
+        assert_eq!(
+            from_json,
+            Some(json!({"guardSelectors": ["baseline=guarded"]}))
+        );
+        assert_eq!(parse("  \n").unwrap(), None);
+        // YAML 1.2: `yes` is a string, as the policy-server's JSON would have it.
+        assert_eq!(parse("a: yes").unwrap(), Some(json!({"a": "yes"})));
+    }
+
+    #[test]
+    fn mistakes_say_where() {
+        let json = parse("{\"a\": [1, 2}").unwrap_err();
+        assert!(json.starts_with("not valid JSON"), "{json}");
+        assert!(json.contains("line 1"), "{json}");
+        let yaml = parse("a: [1, 2\nb: c").unwrap_err();
+        assert!(yaml.starts_with("not valid YAML"), "{yaml}");
+        let keys = parse("? [a]\n: b").unwrap_err();
+        assert!(keys.starts_with("not valid YAML"), "{keys}");
+    }
+
+    #[test]
+    fn streams_of_documents() {
+        let text = "---\nmetadata: {name: a}\n---\n# nothing\n---\nmetadata: {name: b}\n";
+        let documents = parse_all(text).unwrap();
+        assert_eq!(documents.len(), 2);
+        assert_eq!(documents[1]["metadata"]["name"], "b");
+        assert_eq!(parse_all("[1, 2]").unwrap(), vec![json!([1, 2])]);
+        assert!(
+            parse_all("a: 1\n---\nb: [")
+                .unwrap_err()
+                .contains("document 2")
+        );
+        assert!(
+            parse_all("[{\"a\": 1}")
+                .unwrap_err()
+                .starts_with("not valid JSON")
+        );
+    }
+
+    #[test]
+    fn yaml_round_trips_what_json_says() {
+        let value = json!({"s": "yes", "n": "1.0", "t": "true", "z": null, "e": "", "x": 5});
+        assert_eq!(
+            parse(&to_yaml(&value).unwrap()).unwrap(),
+            Some(value.clone())
+        );
+    }
+}

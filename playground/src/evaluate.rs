@@ -1,0 +1,566 @@
+//! A request against settings and NamespaceBaselines, decided by the policy's own code:
+//! the settings go through [`admission::check_settings`] (the policy's `validate_settings`)
+//! and the request through [`admission::evaluate`] (the policy's `validate`), with the
+//! baselines a static list instead of the policy-server's host capabilities.
+
+use std::cell::Cell;
+
+use namespace_baseline_core::admission::{self, AdmissionRequest, BaselineSource, LiveBaseline};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::document;
+use crate::{Field, FieldError};
+
+/// What the editors hold. Blank settings, baselines or host error are taken from the
+/// request document when it carries them (a whole e2e fixture pasted into the request).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EvaluateInput<'a> {
+    pub settings: &'a str,
+    pub baselines: &'a str,
+    /// When not blank, reading the live baselines fails with this message (what the
+    /// policy-server answers when the API server cannot be reached).
+    pub host_error: &'a str,
+    pub request: &'a str,
+}
+
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    /// The policy accepts the request.
+    Allowed,
+    /// The policy rejects the request (HTTP 403) with `message`.
+    Denied,
+    /// `validate_settings` refuses the settings (`message`): the policy-server would not
+    /// load the policy at all.
+    SettingsInvalid,
+    /// An editor holds something that cannot be read; see `errors`.
+    InputError,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Evaluation {
+    pub outcome: Outcome,
+    /// The rejection message, or why the settings are invalid.
+    pub message: Option<String>,
+    /// The request as a person reads it.
+    pub summary: Option<Summary>,
+    /// Input problems, each shown next to its editor.
+    pub errors: Vec<FieldError>,
+    /// How many times the policy asked for the live NamespaceBaselines (host calls).
+    pub baseline_reads: usize,
+    /// How the inputs were read (e.g. settings taken from the pasted fixture).
+    pub notes: Vec<String>,
+}
+
+/// Who asks what, on which object.
+#[derive(Serialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// False when the request cannot be read as an AdmissionRequest (the policy allows it).
+    pub readable: bool,
+    pub operation: String,
+    pub kind: String,
+    pub sub_resource: String,
+    pub name: String,
+    pub namespace: String,
+    pub username: String,
+    pub groups: Vec<String>,
+    pub dry_run: bool,
+    /// One sentence.
+    pub text: String,
+}
+
+impl Summary {
+    fn of(request: Option<&AdmissionRequest>) -> Self {
+        let Some(request) = request else {
+            return Self {
+                text: "The request cannot be read as an AdmissionRequest; the policy allows what it cannot read.".to_owned(),
+                ..Self::default()
+            };
+        };
+        let gvk = &request.kind;
+        let kind = match (gvk.group.as_str(), gvk.version.as_str()) {
+            (_, "") => gvk.kind.clone(),
+            ("", version) => format!("{version} {}", gvk.kind),
+            (group, version) => format!("{group}/{version} {}", gvk.kind),
+        };
+        let mut text = format!(
+            "{} asks to {} {}",
+            if request.user_info.username.is_empty() {
+                "An anonymous user"
+            } else {
+                &request.user_info.username
+            },
+            if request.operation.is_empty() {
+                "(no operation)"
+            } else {
+                &request.operation
+            },
+            if gvk.kind.is_empty() {
+                "(no kind)"
+            } else {
+                &gvk.kind
+            },
+        );
+        if !request.name.is_empty() {
+            text.push_str(&format!(" {:?}", request.name));
+        }
+        if !request.sub_resource.is_empty() {
+            text.push_str(&format!(" (subresource {})", request.sub_resource));
+        }
+        if !request.namespace.is_empty() && gvk.kind != "Namespace" {
+            text.push_str(&format!(" in namespace {:?}", request.namespace));
+        }
+        if !request.user_info.groups.is_empty() {
+            text.push_str(&format!(
+                ", as a member of {}",
+                request.user_info.groups.join(", ")
+            ));
+        }
+        if request.dry_run {
+            text.push_str(" (dry run)");
+        }
+        text.push('.');
+        Self {
+            readable: true,
+            operation: request.operation.clone(),
+            kind,
+            sub_resource: request.sub_resource.clone(),
+            name: request.name.clone(),
+            namespace: request.namespace.clone(),
+            username: request.user_info.username.clone(),
+            groups: request.user_info.groups.clone(),
+            dry_run: request.dry_run,
+            text,
+        }
+    }
+}
+
+/// The NamespaceBaselines of the playground: a fixed list, or a failure, counting reads.
+#[derive(Debug, Default)]
+pub struct StaticBaselines {
+    baselines: Vec<LiveBaseline>,
+    failure: Option<String>,
+    reads: Cell<usize>,
+}
+
+impl StaticBaselines {
+    pub fn new(baselines: Vec<LiveBaseline>) -> Self {
+        Self {
+            baselines,
+            ..Self::default()
+        }
+    }
+
+    pub fn failing(message: impl Into<String>) -> Self {
+        Self {
+            failure: Some(message.into()),
+            ..Self::default()
+        }
+    }
+
+    pub fn reads(&self) -> usize {
+        self.reads.get()
+    }
+}
+
+impl BaselineSource for StaticBaselines {
+    fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
+        self.reads.set(self.reads.get() + 1);
+        match &self.failure {
+            Some(message) => Err(message.clone()),
+            None => Ok(self.baselines.clone()),
+        }
+    }
+}
+
+/// The NamespaceBaseline objects of an editor: YAML documents, a JSON or YAML list, or a
+/// `NamespaceBaselineList`, each item checked to be a NamespaceBaseline.
+pub fn baseline_objects(text: &str) -> Result<Vec<Value>, String> {
+    let mut objects = Vec::new();
+    for document in document::parse_all(text)? {
+        match document {
+            Value::Array(items) => objects.extend(items),
+            Value::Object(mut map) if map.get("items").is_some_and(Value::is_array) => {
+                if let Some(Value::Array(items)) = map.remove("items") {
+                    objects.extend(items);
+                }
+            }
+            other => objects.push(other),
+        }
+    }
+    for (index, object) in objects.iter().enumerate() {
+        let Some(map) = object.as_object() else {
+            return Err(format!(
+                "item {} is not an object but {}",
+                index + 1,
+                describe(object)
+            ));
+        };
+        if let Some(kind) = map.get("kind")
+            && kind != "NamespaceBaseline"
+        {
+            return Err(format!(
+                "item {} is a {kind}, not a NamespaceBaseline",
+                index + 1
+            ));
+        }
+    }
+    Ok(objects)
+}
+
+/// The baselines as the policy reads them from the cluster.
+fn live_baselines(objects: &[Value]) -> Result<Vec<LiveBaseline>, String> {
+    objects
+        .iter()
+        .enumerate()
+        .map(|(index, object)| {
+            serde_json::from_value(object.clone()).map_err(|error| {
+                format!(
+                    "item {} cannot be read as a NamespaceBaseline: {error}",
+                    index + 1
+                )
+            })
+        })
+        .collect()
+}
+
+fn describe(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The settings of a document: the settings themselves, or the `spec.settings` of a
+/// (Cluster)AdmissionPolicy.
+fn settings_of(document: Option<Value>, notes: &mut Vec<String>) -> Value {
+    match document {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(Value::Object(map))
+            if matches!(
+                map.get("kind").and_then(Value::as_str),
+                Some("ClusterAdmissionPolicy" | "AdmissionPolicy")
+            ) =>
+        {
+            notes.push("settings: read from the policy's spec.settings".to_owned());
+            map.get("spec")
+                .and_then(|spec| spec.get("settings"))
+                .cloned()
+                .filter(|settings| !settings.is_null())
+                .unwrap_or_else(|| Value::Object(Map::new()))
+        }
+        Some(other) => other,
+    }
+}
+
+/// Decides `input` with the policy's own functions.
+pub fn evaluate(input: &EvaluateInput) -> Evaluation {
+    let mut errors = Vec::new();
+    let mut notes = Vec::new();
+    let mut error = |field: Field, message: String| errors.push(FieldError { field, message });
+
+    // The request: an AdmissionReview, the policy's `validate` payload or an e2e fixture
+    // (which may bring settings, baselines and a host error), or the request itself.
+    let mut carried = Map::new();
+    let request = match document::parse(input.request) {
+        Ok(None) => {
+            error(
+                Field::Request,
+                "empty: paste an AdmissionReview, its request, or pick an example".to_owned(),
+            );
+            None
+        }
+        Ok(Some(Value::Object(mut map))) if map.contains_key("request") => {
+            let request = map.remove("request");
+            if map.get("kind").and_then(Value::as_str) != Some("AdmissionReview") {
+                carried = map;
+            }
+            request
+        }
+        Ok(Some(request)) => Some(request),
+        Err(message) => {
+            error(Field::Request, message);
+            None
+        }
+    };
+    let mut carried_field = |key: &str, field: Field| -> Option<Value> {
+        let value = carried.remove(key)?;
+        notes.push(format!(
+            "{}: taken from the request document (the {} editor is empty)",
+            field.label(),
+            field.label()
+        ));
+        Some(value)
+    };
+
+    let settings_document = if input.settings.trim().is_empty() {
+        Ok(carried_field("settings", Field::Settings))
+    } else {
+        document::parse(input.settings)
+    };
+    let baselines = if input.baselines.trim().is_empty() {
+        carried_field("baselines", Field::Baselines)
+            .map_or(Ok(Vec::new()), |value| baseline_objects(&value.to_string()))
+    } else {
+        baseline_objects(input.baselines)
+    };
+    let host_error = if input.host_error.trim().is_empty() {
+        carried_field("hostError", Field::HostError)
+            .and_then(|value| value.as_str().map(str::to_owned))
+    } else {
+        Some(input.host_error.trim().to_owned())
+    };
+
+    let settings = match settings_document {
+        Ok(document) => Some(settings_of(document, &mut notes)),
+        Err(message) => {
+            error(Field::Settings, message);
+            None
+        }
+    };
+    // The policy-server's `validate_settings`, on the settings as JSON.
+    let settings_check = settings
+        .as_ref()
+        .map(|settings| admission::check_settings(settings.to_string().as_bytes()));
+    if let Some(Err(message)) = &settings_check {
+        error(Field::Settings, message.clone());
+    }
+    let source = match baselines.and_then(|objects| live_baselines(&objects)) {
+        Ok(baselines) => match host_error {
+            Some(message) => StaticBaselines::failing(message),
+            None => StaticBaselines::new(baselines),
+        },
+        Err(message) => {
+            error(Field::Baselines, message);
+            StaticBaselines::default()
+        }
+    };
+    let summary = request.as_ref().map(|request| {
+        let raw = serde_json::value::to_raw_value(request).ok();
+        Summary::of(admission::read_request(raw.as_deref()).as_ref())
+    });
+
+    let mut evaluation = Evaluation {
+        outcome: Outcome::InputError,
+        message: None,
+        summary,
+        errors,
+        baseline_reads: 0,
+        notes,
+    };
+    match settings_check {
+        // The policy-server would refuse to load the policy: no request reaches it.
+        Some(Err(message)) => {
+            evaluation.outcome = Outcome::SettingsInvalid;
+            evaluation.message = Some(message);
+            return evaluation;
+        }
+        Some(Ok(_)) if evaluation.errors.is_empty() => {}
+        _ => return evaluation,
+    }
+    let (Some(settings), Some(request)) = (settings, request) else {
+        return evaluation;
+    };
+    // The policy's `validate`, on the payload the policy-server sends.
+    let payload = json!({"settings": settings, "request": request});
+    match admission::evaluate(payload.to_string().as_bytes(), &source) {
+        Ok(admission::Verdict::Allow) => evaluation.outcome = Outcome::Allowed,
+        Ok(admission::Verdict::Deny(message)) => {
+            evaluation.outcome = Outcome::Denied;
+            evaluation.message = Some(message);
+        }
+        Err(message) => evaluation.errors.push(FieldError {
+            field: Field::Settings,
+            message,
+        }),
+    }
+    evaluation.baseline_reads = source.reads();
+    evaluation
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GUARDED: &str = "guardSelectors: [baseline=guarded]";
+
+    fn namespace_update(old: &str, new: &str, user: &str) -> String {
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "1",
+                "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+                "name": "team-a",
+                "operation": "UPDATE",
+                "userInfo": {"username": user, "groups": ["developers"]},
+                "object": {"metadata": {"name": "team-a", "labels": {"baseline": new}}},
+                "oldObject": {"metadata": {"name": "team-a", "labels": {"baseline": old}}},
+            },
+        })
+        .to_string()
+    }
+
+    fn run(settings: &str, baselines: &str, request: &str) -> Evaluation {
+        evaluate(&EvaluateInput {
+            settings,
+            baselines,
+            host_error: "",
+            request,
+        })
+    }
+
+    #[test]
+    fn a_guarded_namespace_cannot_leave() {
+        let evaluation = run(GUARDED, "", &namespace_update("guarded", "open", "jane"));
+        assert_eq!(evaluation.outcome, Outcome::Denied, "{evaluation:?}");
+        assert!(evaluation.message.unwrap().contains("baseline=guarded"));
+        assert!(evaluation.errors.is_empty());
+        let summary = evaluation.summary.unwrap();
+        assert!(summary.readable);
+        assert_eq!(
+            summary.text,
+            "jane asks to UPDATE Namespace \"team-a\", as a member of developers."
+        );
+        assert_eq!(summary.kind, "v1 Namespace");
+    }
+
+    #[test]
+    fn the_reconciler_passes() {
+        let reconciler = namespace_baseline_core::identity::reconciler_username();
+        let evaluation = run(
+            GUARDED,
+            "",
+            &namespace_update("guarded", "open", &reconciler),
+        );
+        assert_eq!(evaluation.outcome, Outcome::Allowed);
+        assert_eq!(evaluation.message, None);
+    }
+
+    #[test]
+    fn context_aware_reads_the_static_list() {
+        let baselines = "apiVersion: hedronite.io/v1alpha1\nkind: NamespaceBaseline\nmetadata: {name: guarded}\nspec: {namespaceLabel: baseline=guarded}\n";
+        let request = namespace_update("guarded", "open", "jane");
+        let evaluation = run("contextAware: true", baselines, &request);
+        assert_eq!(evaluation.outcome, Outcome::Denied);
+        assert!(
+            evaluation
+                .message
+                .unwrap()
+                .contains("NamespaceBaseline \"guarded\"")
+        );
+        assert_eq!(evaluation.baseline_reads, 1);
+        assert_eq!(
+            run("contextAware: true", "", &request).outcome,
+            Outcome::Allowed
+        );
+        let failing = evaluate(&EvaluateInput {
+            settings: "contextAware: true",
+            baselines,
+            host_error: "etcdserver: request timed out",
+            request: &request,
+        });
+        assert_eq!(failing.outcome, Outcome::Denied);
+        assert!(failing.message.unwrap().contains("request timed out"));
+    }
+
+    #[test]
+    fn invalid_settings_are_the_policys_own_message() {
+        let request = namespace_update("guarded", "open", "jane");
+        for (settings, expected) in [
+            ("{}", "no namespace would be guarded"),
+            ("guardSelectors: [a!=b]", "'!=' is not supported"),
+            ("guardSelector: [a]", "unknown field `guardSelector`"),
+        ] {
+            let evaluation = run(settings, "", &request);
+            assert_eq!(evaluation.outcome, Outcome::SettingsInvalid, "{settings}");
+            let message = evaluation.message.unwrap();
+            assert!(message.contains(expected), "{message}");
+            assert_eq!(
+                evaluation.errors,
+                vec![FieldError {
+                    field: Field::Settings,
+                    message: message.clone()
+                }]
+            );
+            let policy = admission::check_settings(
+                serde_json::to_string(&document::parse(settings).unwrap())
+                    .unwrap()
+                    .as_bytes(),
+            );
+            assert_eq!(policy, Err(message));
+        }
+    }
+
+    #[test]
+    fn unreadable_inputs_are_errors_next_to_their_field() {
+        let request = namespace_update("guarded", "open", "jane");
+        let bad_request = run(GUARDED, "", "{\"request\": ");
+        assert_eq!(bad_request.outcome, Outcome::InputError);
+        assert_eq!(bad_request.errors[0].field, Field::Request);
+        assert!(bad_request.errors[0].message.starts_with("not valid JSON"));
+        let empty = run(GUARDED, "", " ");
+        assert_eq!(empty.errors[0].field, Field::Request);
+        let bad_settings = run("guardSelectors: [", "", &request);
+        assert_eq!(bad_settings.outcome, Outcome::InputError);
+        assert_eq!(bad_settings.errors[0].field, Field::Settings);
+        for baselines in [
+            "metadata: {name: [",
+            "- 5",
+            "kind: Namespace\nmetadata: {name: a}",
+            "metadata: {name: 5}",
+        ] {
+            let evaluation = run(GUARDED, baselines, &request);
+            assert_eq!(evaluation.outcome, Outcome::InputError, "{baselines}");
+            assert_eq!(evaluation.errors[0].field, Field::Baselines, "{baselines}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_request_is_allowed_like_the_policy_does() {
+        let evaluation = run(GUARDED, "", "[1, 2]");
+        assert_eq!(evaluation.outcome, Outcome::Allowed);
+        assert!(!evaluation.summary.unwrap().readable);
+    }
+
+    #[test]
+    fn a_pasted_fixture_brings_its_settings_and_baselines() {
+        let fixture = json!({
+            "description": "d",
+            "settings": {"contextAware": true},
+            "baselines": [{"metadata": {"name": "guarded"}, "spec": {"namespaceLabel": "baseline"}}],
+            "request": serde_json::from_str::<Value>(&namespace_update("guarded", "open", "jane")).unwrap()["request"],
+            "expect": {"allowed": true},
+        });
+        let evaluation = run("", "", &fixture.to_string());
+        assert_eq!(evaluation.outcome, Outcome::Allowed, "{evaluation:?}");
+        assert_eq!(evaluation.notes.len(), 2, "{:?}", evaluation.notes);
+        // Settings typed in the editor win over the fixture's.
+        let evaluation = run(GUARDED, "", &fixture.to_string());
+        assert_eq!(evaluation.outcome, Outcome::Denied);
+    }
+
+    #[test]
+    fn settings_from_an_admission_policy_manifest() {
+        let policy = "apiVersion: policies.kubewarden.io/v1\nkind: ClusterAdmissionPolicy\nspec:\n  settings:\n    guardSelectors: [baseline=guarded]\n";
+        let evaluation = run(policy, "", &namespace_update("guarded", "x", "jane"));
+        assert_eq!(evaluation.outcome, Outcome::Denied);
+        assert_eq!(evaluation.notes.len(), 1);
+    }
+
+    #[test]
+    fn baseline_lists() {
+        let list =
+            "kind: NamespaceBaselineList\nitems:\n- metadata: {name: a}\n- metadata: {name: b}\n";
+        assert_eq!(baseline_objects(list).unwrap().len(), 2);
+        assert_eq!(baseline_objects("[{}, {}, {}]").unwrap().len(), 3);
+        assert_eq!(baseline_objects("").unwrap().len(), 0);
+    }
+}
