@@ -11,8 +11,7 @@
 //! `policy.wasm` at the repository root), `NSB_DEMO_DIR` (logs; default a temporary dir).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -32,6 +31,7 @@ use namespace_baseline_core::identity::{
 };
 use namespace_baseline_core::spec::NamespaceBaseline;
 use namespace_baseline_demo::apply::Applier;
+use namespace_baseline_demo::http_get;
 use namespace_baseline_demo::kubeconfig;
 use namespace_baseline_demo::manifests::{self, Manifest};
 use namespace_baseline_e2e::PolicyHost;
@@ -231,24 +231,6 @@ fn wrap(text: &str, indent: usize) -> String {
         .join("\n")
 }
 
-fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .context("malformed HTTP response")?;
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-    Ok((code, body.trim().to_owned()))
-}
-
 fn env_path(name: &str) -> Option<PathBuf> {
     std::env::var_os(name)
         .filter(|v| !v.is_empty())
@@ -429,6 +411,7 @@ impl Demo {
             if let Ok((200, body)) = http_get(port, "/readyz")
                 && body.contains("leader")
             {
+                let body = body.trim();
                 self.say(format!(
                     "reconciler ready after {}: /readyz says \"{body}\" (it holds the Lease {RECONCILER_NAMESPACE}/namespace-baseline-reconciler)",
                     took(started.elapsed())

@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::future::Future;
-use std::io::{Read, Seek, SeekFrom, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,6 +35,7 @@ use kube::{Client, Config, ResourceExt};
 use namespace_baseline_core::identity::{self, RECONCILER_NAMESPACE, managed_selector};
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
 use namespace_baseline_demo::apply::wait_established;
+pub use namespace_baseline_demo::http_get;
 use namespace_baseline_demo::kubeconfig;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -462,25 +463,6 @@ pub fn read_yaml_documents(path: &Path) -> Result<Vec<Value>> {
 
 fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A minimal HTTP/1.1 GET on localhost: status code and body.
-pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .context("malformed HTTP response")?;
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-    Ok((code, body.to_owned()))
 }
 
 /// One scenario's names: its baseline names, namespaces and label.
