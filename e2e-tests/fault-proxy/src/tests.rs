@@ -128,6 +128,28 @@ async fn text(response: Response<Incoming>) -> (StatusCode, HeaderMap, String) {
     )
 }
 
+/// Opens a watch on `sender` and waits for its first frame.
+async fn open_watch(sender: &mut SendRequest<Full<Bytes>>, path: &str) -> Incoming {
+    let mut body = get(sender, path).await.unwrap().into_body();
+    assert!(body.frame().await.unwrap().is_ok());
+    body
+}
+
+/// Reads `body` until it ends (at most 2 s): whether it ended in an error (`Some(true)`),
+/// cleanly (`Some(false)`), or with no final frame at all (`None`).
+async fn watch_end(mut body: Incoming, what: &str) -> Option<bool> {
+    tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            match body.frame().await {
+                Some(Ok(_)) => {}
+                other => break other.map(|r| r.is_err()),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what} within 2 s"))
+}
+
 #[tokio::test]
 async fn without_faults_requests_are_forwarded_with_the_upstream_host() {
     let proxy = proxy().await;
@@ -247,22 +269,9 @@ async fn a_stall_delays_then_forwards() {
 async fn a_partition_cuts_open_watches_and_refuses_until_healed() {
     let proxy = proxy().await;
     let mut watching = client(&proxy).await.unwrap();
-    let response = get(&mut watching, "/watch?watch=true&resourceVersion=1")
-        .await
-        .unwrap();
-    let mut body = response.into_body();
-    assert!(body.frame().await.unwrap().is_ok());
+    let body = open_watch(&mut watching, "/watch?watch=true&resourceVersion=1").await;
     proxy.partition();
-    let ended = tokio::time::timeout(Duration::from_secs(2), async {
-        loop {
-            match body.frame().await {
-                Some(Ok(_)) => {}
-                other => break other.map(|r| r.is_err()),
-            }
-        }
-    })
-    .await
-    .expect("the watch is cut at once");
+    let ended = watch_end(body, "the watch is cut at once").await;
     assert_ne!(ended, Some(false));
     // New connections fail until healed.
     let refused = match client(&proxy).await {
@@ -308,23 +317,10 @@ fn request_shapes() {
 async fn turning_faults_on_cuts_the_watches_already_open() {
     let proxy = proxy().await;
     let mut sender = client(&proxy).await.unwrap();
-    let response = get(&mut sender, "/watch?watch=true&resourceVersion=3")
-        .await
-        .unwrap();
-    let mut body = response.into_body();
-    assert!(body.frame().await.unwrap().is_ok());
+    let body = open_watch(&mut sender, "/watch?watch=true&resourceVersion=3").await;
     // Only statuses that never hit this connection again: the watch is cut by the switch.
     proxy.set_probability(0.0001);
-    let ended = tokio::time::timeout(Duration::from_secs(2), async {
-        loop {
-            match body.frame().await {
-                Some(Ok(_)) => {}
-                other => break other.map(|r| r.is_err()),
-            }
-        }
-    })
-    .await
-    .expect("the open watch is cut when faults begin");
+    let ended = watch_end(body, "the open watch is cut when faults begin").await;
     assert_ne!(ended, Some(false));
     assert_eq!(proxy.report().count(Fault::CutWatch), 1);
 }
