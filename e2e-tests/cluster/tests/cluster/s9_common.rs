@@ -142,6 +142,15 @@ pub fn reconciler_requests(cluster: &Cluster, mark: AuditMark) -> Option<Vec<Aud
     cluster.audit.requests_since(mark, &reconciler_username())
 }
 
+/// The writes among `events`, described.
+pub fn writes_among(events: &[AuditEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.is_write())
+        .map(AuditEvent::describe)
+        .collect()
+}
+
 /// The names the reconciler may write: the walls' policy names (both doors of every
 /// baseline) in `scope`.
 pub fn writable(baselines: &[&str], scope: &BTreeSet<String>) -> BTreeSet<(String, String)> {

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
 use namespace_baseline_cluster_tests::faults::{policy_writes, writes_by_object};
 use namespace_baseline_cluster_tests::{
     deny_all_policy_name, expected_deny_all_spec, get_policy, spec_json, tally, wait_until,
@@ -19,7 +19,7 @@ use crate::common::{
     SINGLE, assert_rbac_was_enough, create_baseline, figure, namespaces, spec, start, wait_ready,
     wait_wall,
 };
-use crate::s9_common::reconciler_requests;
+use crate::s9_common::{reconciler_requests, writes_among};
 
 const EDITS: usize = 20;
 const RIVAL: &str = "e2e-rival";
@@ -32,6 +32,22 @@ fn edit(round: usize) -> Value {
         1 => json!({"spec": {"podSelector": {"matchLabels": {"app": format!("rival-{round}")}}}}),
         _ => json!({"spec": {"policyTypes": ["Ingress"]}}),
     }
+}
+
+/// How long until the managed deny-all has the desired spec again (10 s at most).
+async fn wait_desired_spec(
+    admin: &Client,
+    namespace: &str,
+    name: &str,
+    what: &str,
+) -> anyhow::Result<Duration> {
+    let (_, took) = wait_until(what, Duration::from_secs(10), || async {
+        Ok(get_policy(admin, namespace, name)
+            .await?
+            .filter(|p| spec_json(p) == expected_deny_all_spec()))
+    })
+    .await?;
+    Ok(took)
 }
 
 #[tokio::test]
@@ -97,14 +113,11 @@ async fn s9_conflict_a_rival_field_manager_loses_without_a_hot_loop() {
     }
     let edits_took = started.elapsed();
     let admin = cluster.admin.clone();
-    let (_, won_in) = wait_until(
+    let won_in = wait_desired_spec(
+        &admin,
+        &namespace,
+        &deny,
         "the reconciler to win the spec back",
-        Duration::from_secs(10),
-        || async {
-            Ok(get_policy(&admin, &namespace, &deny)
-                .await?
-                .filter(|p| spec_json(p) == expected_deny_all_spec()))
-        },
     )
     .await
     .unwrap_or_else(|error| panic!("{error:#}\n{}", reconciler.log_tail(40)));
@@ -120,17 +133,10 @@ async fn s9_conflict_a_rival_field_manager_loses_without_a_hot_loop() {
         api.patch(&deny, &merge, &Patch::Merge(edit(round)))
             .await
             .unwrap();
-        let (_, repaired) = wait_until(
-            "the paced edit to be repaired",
-            Duration::from_secs(10),
-            || async {
-                Ok(get_policy(&admin, &namespace, &deny)
-                    .await?
-                    .filter(|p| spec_json(p) == expected_deny_all_spec()))
-            },
-        )
-        .await
-        .unwrap();
+        let repaired =
+            wait_desired_spec(&admin, &namespace, &deny, "the paced edit to be repaired")
+                .await
+                .unwrap();
         paced_repairs.push(repaired);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -198,11 +204,7 @@ async fn s9_conflict_a_rival_field_manager_loses_without_a_hot_loop() {
         );
     }
     if let Some(events) = reconciler_requests(&cluster, quiet_mark) {
-        let writes: Vec<String> = events
-            .iter()
-            .filter(|e| e.is_write())
-            .map(|e| e.describe())
-            .collect();
+        let writes = writes_among(&events);
         assert!(
             writes.is_empty(),
             "writes once the rival stopped: {writes:#?}"

@@ -20,7 +20,7 @@ use crate::common::{
 };
 use crate::s9_common::{
     Rng, Wall, assert_writes_only_walls, check_exact, reconciler_requests, wait_exact,
-    wait_status_right,
+    wait_status_right, writes_among,
 };
 
 const FAULT_PROBABILITY: f64 = 0.3;
@@ -283,11 +283,7 @@ async fn s9_faults_thirty_percent_api_faults_lose_nothing() {
         );
     }
     if let Some(events) = reconciler_requests(&cluster, quiet_mark) {
-        let writes: Vec<String> = events
-            .iter()
-            .filter(|e| e.is_write())
-            .map(|e| e.describe())
-            .collect();
+        let writes = writes_among(&events);
         assert!(
             writes.is_empty(),
             "writes after convergence (a hot loop?): {writes:#?}; all: {:?}",
