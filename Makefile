@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 WASM_TARGET := wasm32-wasip1
 POLICY_PACKAGE := namespace-baseline-policy
-POLICY_ARTIFACT := $(or $(CARGO_TARGET_DIR),target)/$(WASM_TARGET)/release/namespace_baseline_policy.wasm
+POLICY_ARTIFACT := $(or $(CARGO_TARGET_DIR),target)/$(WASM_TARGET)/policy/namespace_baseline_policy.wasm
 FIXTURES := e2e-tests/fixtures
 
 .PHONY: all
@@ -20,13 +20,14 @@ wasm-target:
 .PHONY: policy.wasm
 policy.wasm: wasm-target
 	@echo ">> building the policy for $(WASM_TARGET)"
-	$(CARGO) build -p $(POLICY_PACKAGE) --target $(WASM_TARGET) --release --locked
+	$(CARGO) build -p $(POLICY_PACKAGE) --target $(WASM_TARGET) --profile policy --locked
 	cp $(POLICY_ARTIFACT) policy.wasm
 	@echo ">> policy.wasm: $$(stat -c %s policy.wasm) bytes"
 
+KWCTL ?= kwctl
 annotated-policy.wasm: policy.wasm metadata.yml
-	@command -v kwctl >/dev/null || { echo "kwctl not found: install it from https://github.com/kubewarden/kwctl to annotate the policy" >&2; exit 1; }
-	kwctl annotate policy.wasm --metadata-path metadata.yml --output-path annotated-policy.wasm
+	@command -v '$(KWCTL)' >/dev/null || { echo "kwctl not found: install it from https://github.com/kubewarden/kwctl to annotate the policy" >&2; exit 1; }
+	'$(KWCTL)' annotate policy.wasm --metadata-path metadata.yml --output-path annotated-policy.wasm
 
 # The browser playground (playground/): the core's and the policy's decisions compiled to
 # wasm32-unknown-unknown with wasm-bindgen, and a static page in $(PLAYGROUND_DIST). The
@@ -34,7 +35,7 @@ annotated-policy.wasm: policy.wasm metadata.yml
 # installed once per version outside the repository.
 PLAYGROUND_TARGET := wasm32-unknown-unknown
 PLAYGROUND_PACKAGE := namespace-baseline-playground
-PLAYGROUND_ARTIFACT := $(or $(CARGO_TARGET_DIR),target)/$(PLAYGROUND_TARGET)/release/namespace_baseline_playground.wasm
+PLAYGROUND_ARTIFACT := $(or $(CARGO_TARGET_DIR),target)/$(PLAYGROUND_TARGET)/policy/namespace_baseline_playground.wasm
 PLAYGROUND_DIST := playground/dist
 PLAYGROUND_TESTS_OUT := $(or $(CARGO_TARGET_DIR),target)/playground-tests
 WASM_BINDGEN_VERSION = $(shell awk '$$1 == "name" && $$3 == "\"wasm-bindgen\"" { getline; gsub(/"/, "", $$3); print $$3; exit }' Cargo.lock)
@@ -60,16 +61,14 @@ wasm-bindgen-cli:
 
 .PHONY: playground
 playground: playground-target wasm-bindgen-cli
-	@command -v jq >/dev/null || { echo "jq not found: it writes the examples index (apt-get install jq)" >&2; exit 1; }
 	@echo ">> building the playground for $(PLAYGROUND_TARGET)"
-	$(CARGO) build -p $(PLAYGROUND_PACKAGE) --target $(PLAYGROUND_TARGET) --release --locked
+	$(CARGO) build -p $(PLAYGROUND_PACKAGE) --target $(PLAYGROUND_TARGET) --profile policy --locked
 	rm -rf $(PLAYGROUND_DIST)
 	mkdir -p $(PLAYGROUND_DIST)
 	'$(WASM_BINDGEN)' --target web --no-typescript --remove-name-section --remove-producers-section --out-dir $(PLAYGROUND_DIST)/pkg $(PLAYGROUND_ARTIFACT)
 	cp playground/www/index.html playground/www/app.js playground/www/style.css $(PLAYGROUND_DIST)/
-	jq -n '[inputs | {name: (input_filename | split("/") | last | rtrimstr(".json")), description, settings: (.settings // {}), baselines: (.baselines // []), hostError: (.hostError // null), request: (.request // {}), expect}]' \
-		$(FIXTURES)/*.json > $(PLAYGROUND_DIST)/examples.json
-	@echo ">> playground in $(PLAYGROUND_DIST): $$(jq length $(PLAYGROUND_DIST)/examples.json) examples, wasm $$(stat -c %s $(PLAYGROUND_DIST)/pkg/namespace_baseline_playground_bg.wasm) bytes"
+	$(CARGO) run -q -p namespace-baseline-formats --bin nsb-fixtures --locked -- examples $(FIXTURES) > $(PLAYGROUND_DIST)/examples.json
+	@echo ">> playground in $(PLAYGROUND_DIST): $$(ls $(FIXTURES)/*.json | wc -l) examples, wasm $$(stat -c %s $(PLAYGROUND_DIST)/pkg/namespace_baseline_playground_bg.wasm) bytes"
 	@echo ">> open it with: python3 -m http.server -d $(PLAYGROUND_DIST) 8000  (then http://localhost:8000)"
 
 # The page in headless Chromium against the e2e runner's verdicts on policy.wasm.
@@ -103,21 +102,44 @@ lint:
 # The cluster tests need a control plane: they run in `cluster-tests`.
 .PHONY: unit-tests
 unit-tests: policy.wasm
-	$(CARGO) test --workspace --exclude namespace-baseline-cluster-tests --locked
+	$(CARGO) test --workspace --exclude namespace-baseline-cluster-tests --exclude namespace-baseline-registry-tests --locked
 
 # Every fixture through the built module in a real waPC host (wasmtime), then through
-# kwctl when it is installed.
+# kwctl (e2e-tests/kwctl.bats; every test says "skip kwctl not found" without it). The
+# context-aware fixtures need the annotated module, which kwctl itself writes.
 .PHONY: e2e-tests
 e2e-tests: policy.wasm
 	$(CARGO) run -p namespace-baseline-e2e --bin e2e-runner --locked -- --wasm policy.wasm --fixtures $(FIXTURES)
-	@if command -v bats >/dev/null; then POLICY_WASM=policy.wasm bats e2e-tests/kwctl.bats; \
-	else echo "!! bats not found: e2e-tests/kwctl.bats not run (install bats)"; fi
+	@command -v bats >/dev/null || { echo "!! bats not found: run e2e-tests/setup.sh (make test does)" >&2; exit 1; }
+	@if command -v kwctl >/dev/null; then $(MAKE) --no-print-directory annotated-policy.wasm; fi
+	POLICY_WASM=policy.wasm bats e2e-tests/kwctl.bats
 
 # The reconciler against a real kube-apiserver + etcd built from Go modules (or the
 # cluster of TEST_KUBECONFIG): CRD, RBAC, drift repair, leader election, request counts.
 .PHONY: cluster-tests
 cluster-tests:
 	e2e-tests/cluster-tests.sh
+
+# --- The node: the wall on real packets (e2e-tests/node/, e2e-tests/cluster/tests/node/) ---
+# A one-node Kubernetes in its own network namespace (kubelet, containerd + runc, CNI bridge,
+# kube-proxy, kube-router's NetworkPolicy firewall, CoreDNS), every binary built from Go
+# modules and every image offline; root and the packages of e2e-tests/node/install-deps.sh.
+# node-build: the binaries and images only (cached in ~/.cache/namespace-baseline/).
+.PHONY: node-build
+node-build:
+	e2e-tests/node/build.sh
+
+# Wall, DNS door, drift on the wire, the chart's reconciler (needs `make image`), namespace
+# deletion; FIGURE lines at the end.
+.PHONY: node-tests
+node-tests:
+	e2e-tests/node-tests.sh
+
+# Leader election under chaos (faults, leader kills, API server / etcd / proxy restarts),
+# checked from the audit log: 3 minutes in CI; FULL=1 for the 10-minute, 1,000-namespace run.
+.PHONY: soak
+soak:
+	FULL=$(FULL) e2e-tests/soak.sh
 
 # cargo-fuzz targets for the policy (nightly + cargo-fuzz; .ci/run installs them).
 FUZZ_SECONDS ?= 60
@@ -129,8 +151,29 @@ fuzz:
 control-plane:
 	e2e-tests/control-plane/build.sh
 
+# `make test` is the whole suite. It first checks (and, as root or with passwordless sudo,
+# installs) every system package, tool and Rust target the tests need (e2e-tests/setup.sh),
+# so a missing one stops it before the long build rather than after.
+TEST_TARGETS := fmt-check lint unit-tests e2e-tests playground-tests cluster-tests manifests-check
+
+.PHONY: setup
+setup:
+	e2e-tests/setup.sh
+
 .PHONY: test
-test: fmt-check lint unit-tests e2e-tests playground-tests cluster-tests manifests-check
+test: setup
+	$(MAKE) --no-print-directory $(TEST_TARGETS)
+
+# The oldest Rust the crates users build accept (rust-version in Cargo.toml): core, the
+# policy (for wasm32-wasip1, as it ships), the reconciler, the playground. The test tools
+# (e2e runner, demo) need 1.95, wasmtime 48's. Checked in CI (.ci/run).
+MSRV := $(shell awk -F'"' '/^rust-version/ { print $$2; exit }' Cargo.toml)
+.PHONY: msrv
+msrv:
+	@rustup toolchain list | grep -q '^$(MSRV)' || { echo ">> installing Rust $(MSRV)"; rustup toolchain install $(MSRV) --profile minimal; }
+	@rustup target list --toolchain $(MSRV) --installed | grep -qx '$(WASM_TARGET)' || rustup target add --toolchain $(MSRV) $(WASM_TARGET)
+	$(CARGO) +$(MSRV) check --locked -p namespace-baseline-core -p namespace-baseline-reconciler -p namespace-baseline-playground
+	$(CARGO) +$(MSRV) check --locked -p $(POLICY_PACKAGE) --target $(WASM_TARGET)
 
 # deploy/crd.yaml is generated from the Rust types; a reconciler test fails when stale.
 .PHONY: crd
@@ -167,3 +210,60 @@ chart-check:
 .PHONY: manifests-check
 manifests-check:
 	e2e-tests/manifests-check.sh
+
+# --- Shipping: the reconciler image and the policy's OCI artifact -------------------------
+# VERSION, the workspace version of Cargo.toml, is the image's tag, the policy's (vVERSION)
+# and the chart's appVersion; tests/image.rs checks that they agree. REGISTRY is where
+# `make push` publishes (e.g. registry.example.com/team); without it the names are the
+# project's own (those of deploy/ and the chart).
+VERSION := $(shell sed -n '/^\[workspace\.package\]/,/^\[/ s/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml)
+REGISTRY ?=
+IMAGE_REPOSITORY ?= $(or $(REGISTRY),ghcr.io/hedronite)/namespace-baseline-reconciler
+IMAGE ?= $(IMAGE_REPOSITORY):$(VERSION)
+POLICY_REPOSITORY ?= $(or $(REGISTRY),ghcr.io/hedronite)/policies/namespace-baseline
+POLICY_REF ?= $(POLICY_REPOSITORY):v$(VERSION)
+# linux/amd64 and/or linux/arm64 (arm64: cargo-zigbuild, installed on first use).
+PLATFORMS ?= linux/amd64
+
+.PHONY: image-ref
+image-ref:
+	@echo '$(IMAGE)'
+	@echo '$(POLICY_REF)'
+
+# The static (musl) reconciler of each platform, staged in target/image/linux/<arch>/.
+.PHONY: reconciler-static
+reconciler-static:
+	e2e-tests/image/build.sh binaries --platforms '$(PLATFORMS)'
+
+# Containerfile with podman, buildah or docker (CONTAINER_TOOL=...); leaves
+# target/image/reconciler.oci.tar and (one platform) target/image/reconciler.docker.tar.
+.PHONY: image
+image: reconciler-static
+	e2e-tests/image/build.sh image --platforms '$(PLATFORMS)' --image '$(IMAGE)'
+
+# Publishes the image (`make image` first: `make image push REGISTRY=...`) and the policy,
+# annotated and pushed with kwctl only (policy-server refuses the plain module), and prints
+# both digests with the helm command that pins them.
+.PHONY: push
+push:
+	@test -n '$(REGISTRY)' || { echo "!! make push needs REGISTRY, e.g. make image push REGISTRY=registry.example.com/team" >&2; exit 1; }
+	@command -v '$(KWCTL)' >/dev/null || { echo "!! kwctl not found ($(KWCTL)): make push publishes the policy with kwctl annotate + kwctl push only, since policy-server refuses a module without kwctl's annotation (\"Policy is missing protocol version\"); install kwctl from https://github.com/kubewarden/kwctl/releases. Nothing was pushed." >&2; exit 1; }
+	$(MAKE) --no-print-directory annotated-policy.wasm KWCTL='$(KWCTL)'
+	e2e-tests/image/push.sh --image '$(IMAGE)' --policy '$(POLICY_REF)' --platforms '$(PLATFORMS)' --kwctl '$(KWCTL)'
+
+# policy.wasm through a real registry (the CNCF distribution registry, built from Go modules):
+# pushed with oras as Kubewarden stores policies, pulled back by digest with oci-client.
+.PHONY: registry-tests
+registry-tests: policy.wasm
+	e2e-tests/registry/test.sh
+
+# The image through the registry (pushed, pulled by digest, config checked, rebuilt to the
+# same digest), then run as a kubelet runs it against the local control plane.
+.PHONY: image-tests
+image-tests: image
+	e2e-tests/image/test.sh
+
+# actionlint (built from Go modules) on .github/workflows/.
+.PHONY: workflows-check
+workflows-check:
+	e2e-tests/workflows/check.sh

@@ -36,8 +36,9 @@ cd "$ROOT"
 nsb_say "helm (built from the Go module proxy on first use)"
 HELM="$("$ROOT/charts/install-helm.sh" | tail -n 1)"
 nsb_say "building nsb-manifests"
-# Built with the reconciler, as demo/demo.sh does: one feature set, one build.
-"$CARGO" build --locked -q -p namespace-baseline-reconciler -p namespace-baseline-demo
+# The test harness crate (no wasm host); its kube and tokio are the workspace's one feature
+# set, shared with the reconciler's build.
+"$CARGO" build --locked -q -p namespace-baseline-harness --bin nsb-manifests
 TARGET_DIR="$(nsb_target_dir)"
 MANIFESTS="$TARGET_DIR/debug/nsb-manifests"
 
@@ -72,6 +73,10 @@ expect everything "- --lease-namespace=nsb-everything"
 expect everything "namespaceLabel: example.com/guard=nsb-everything"
 expect everything "expression: \"request.namespace != 'kubewarden-system'\""
 expect everything "containerPort: 9090"
+expect everything "image: registry.example.com/mirror/namespace-baseline-reconciler@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+if "$HELM" template namespace-baseline "$CHART" --set reconciler.image.digest=latest >/dev/null 2>&1; then
+  echo "!! reconciler.image.digest=latest was accepted: only sha256:<64 hex> may be" >&2; exit 1
+fi
 no_line everything '^ *namespaceSelector:'
 for kind in Namespace Role RoleBinding NetworkPolicy PodDisruptionBudget NamespaceBaseline ClusterAdmissionPolicy; do
   no_kind minimal "$kind"

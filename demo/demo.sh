@@ -71,8 +71,8 @@ if ! rustup target list --installed | grep -qx wasm32-wasip1; then
   nsb_say "    installing the Rust wasm32-wasip1 target (rustup target add)"
   rustup target add wasm32-wasip1
 fi
-"$CARGO" build --locked -p namespace-baseline-policy --target wasm32-wasip1 --release
-cp "$TARGET_DIR/wasm32-wasip1/release/namespace_baseline_policy.wasm" "$ROOT/policy.wasm"
+"$CARGO" build --locked -p namespace-baseline-policy --target wasm32-wasip1 --profile policy
+cp "$TARGET_DIR/wasm32-wasip1/policy/namespace_baseline_policy.wasm" "$ROOT/policy.wasm"
 
 nsb_say "2/3 building the reconciler and the demo (the first build compiles ~350 crates: 10-25 minutes on 2 cores)"
 "$CARGO" build --locked -p namespace-baseline-reconciler -p namespace-baseline-demo

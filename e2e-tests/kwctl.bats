@@ -8,13 +8,13 @@
 #
 # One test per decision family (bats cannot generate tests); each loops over the fixtures
 # whose file name starts with the family's prefix and reports every mismatch before failing.
-# Without kwctl on PATH every test is skipped.
+# The last test prints how many fixtures ran, passed, failed, were skipped, and were not
+# applicable under kwctl, and fails if any fixture kwctl could run was skipped. Without kwctl
+# on PATH every test is skipped (and says so). Helpers: e2e-tests/kwctl.bash.
+
+load kwctl
 
 FAMILIES=(policy-delete policy-update policy-create namespace exempt not-exempt odd dry-run ca settings bypass)
-
-# The field masks the policy sends with list_resources_all (src/baselines.rs), sorted as the
-# SDK's BTreeSet serializes them. A replayed exchange must name the request exactly.
-NSB_FIELD_MASKS="${NSB_FIELD_MASKS:-metadata.name spec.mode spec.namespaceLabel}"
 
 setup_file() {
 	E2E_DIR="$(cd "$(dirname "$BATS_TEST_FILENAME")" && pwd)"
@@ -33,6 +33,9 @@ setup_file() {
 	# kwctl grants a policy only the contextAwareResources of its metadata, which only the
 	# annotated module carries: the context-aware fixtures run against that one.
 	export ANNOTATED_WASM="${ANNOTATED_WASM:-annotated-policy.wasm}"
+	# One line per family: "family passed failed skipped not-applicable".
+	export TALLY="$BATS_FILE_TMPDIR/tally"
+	: >"$TALLY"
 }
 
 setup() {
@@ -48,27 +51,10 @@ setup() {
 	fi
 }
 
-# The replay session answering the policy's list_resources_all calls from the fixture's
-# baselines. The file is YAML in flow (JSON) style; the request is the YAML form of
-# policy-evaluator's CallbackRequestType, tag and all, as `--record-host-capabilities-interactions`
-# writes it.
-write_session() {
-	local fixture="$1" session="$2" request masks
-	masks="$(printf -- '- %s\n' $NSB_FIELD_MASKS)"
-	request="$(printf '!KubernetesListResourceAll\napi_version: hedronite.io/v1alpha1\nkind: NamespaceBaseline\nlabel_selector: null\nfield_selector: null\nfield_masks:\n%s\n' "$masks")"
-	jq --arg request "$request" '
-		(.expect.hostCalls // 1) as $calls
-		| {apiVersion: "hedronite.io/v1alpha1", kind: "NamespaceBaselineList",
-		   metadata: {resourceVersion: "424242"}, items: (.baselines // [])} as $list
-		| [range($calls) | {type: "Exchange", request: ($request + "\n"),
-		                    response: {type: "Success", payload: ($list | tojson)}}]
-	' "$fixture" >"$session"
-}
-
-# Checks one fixture; prints why on a mismatch. Returns 0 (pass), 1 (fail) or 3 (skipped,
-# reason printed).
+# Checks one fixture; prints why on a mismatch. Returns 0 (pass), 1 (fail), 3 (skipped: a
+# fixture kwctl could run was not run; reason printed) or 4 (not applicable under kwctl).
 check_fixture() {
-	local fixture="$1" name work settings request session out err status
+	local fixture="$1" name work settings request session out err status why
 	name="$(basename "$fixture" .json)"
 	work="$BATS_TEST_TMPDIR/$name"
 	mkdir -p "$work"
@@ -77,34 +63,28 @@ check_fixture() {
 	out="$work/stdout"
 	err="$work/stderr"
 
-	jq '.settings // {}' "$fixture" >"$settings"
+	if why="$(kwctl_not_applicable "$fixture")"; then
+		echo "n/a $name: $why (the e2e-runner covers it)"
+		return 4
+	fi
+
+	fixture_jq 'settings' "$fixture" >"$settings"
 	# Settings-only fixtures carry no request; kwctl still wants one to run.
-	jq '{apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview",
+	fixture_jq '{apiVersion: "admission.k8s.io/v1", kind: "AdmissionReview",
 	     request: (.request // {uid: "settings-check",
 	                            kind: {group: "", version: "v1", kind: "Namespace"},
 	                            resource: {group: "", version: "v1", resource: "namespaces"},
 	                            operation: "UPDATE", name: "x", namespace: "x",
 	                            userInfo: {username: "settings-check"}})}' "$fixture" >"$request"
 
-	if [ "$(jq -r '.request | (type == "object" and has("uid") and has("kind"))' "$fixture")" != "true" ] &&
-		[ "$(jq -r '.expect.settingsValid // true' "$fixture")" = "true" ]; then
-		echo "skip $name: kwctl refuses a request without uid/kind before the policy runs (the e2e-runner covers it)"
-		return 3
-	fi
-
 	local wasm="$POLICY_WASM"
 	local args=(run --settings-path "$settings" --request-path "$request")
-	if [ "$(jq -r '.settings.contextAware // false' "$fixture")" = "true" ]; then
+	if [ "$(fixture_jq -r 'context_aware' "$fixture")" = "true" ]; then
 		if [ ! -f "$ANNOTATED_WASM" ]; then
-			echo "skip $name: context-aware fixtures need $ANNOTATED_WASM (make annotated-policy.wasm): kwctl only grants the contextAwareResources of metadata.yml"
+			echo "SKIPPED $name: context-aware fixtures need $ANNOTATED_WASM (make annotated-policy.wasm): kwctl only grants the contextAwareResources of metadata.yml"
 			return 3
 		fi
 		wasm="$ANNOTATED_WASM"
-		# A fixture expecting no host call gets an empty session, whatever hostError says.
-		if [ "$(jq -r 'has("hostError") and (.expect.hostCalls // 1) > 0' "$fixture")" = "true" ]; then
-			echo "skip $name: the replay-session form of a failing host capability is not confirmed for this kwctl (the e2e-runner covers it)"
-			return 3
-		fi
 		session="$work/session.yml"
 		write_session "$fixture" "$session"
 		args+=(--allow-context-aware --replay-host-capabilities-interactions "$session")
@@ -114,15 +94,17 @@ check_fixture() {
 	kwctl "${args[@]}" "$wasm" >"$out" 2>"$err" || status=$?
 
 	local want_contains
-	want_contains="$(jq -r '.expect.messageContains // empty' "$fixture")"
+	want_contains="$(fixture_jq -r 'message_contains' "$fixture")"
 
-	if [ "$(jq -r '.expect.settingsValid // true' "$fixture")" = "false" ]; then
+	if [ "$(fixture_jq -r 'settings_valid' "$fixture")" = "false" ]; then
+		# kwctl validates the settings before it evaluates: refused settings end the run
+		# with a non-zero exit and the policy's message.
 		if [ "$status" -eq 0 ]; then
-			echo "FAIL $name: settings accepted, expected refused"
+			echo "FAIL $name: settings accepted (exit 0), expected refused: $(tail -n 3 "$out")"
 			return 1
 		fi
 		if [ -n "$want_contains" ] && ! grep -qF -- "$want_contains" "$out" "$err"; then
-			echo "FAIL $name: settings refused without \"$want_contains\": $(cat "$err" "$out")"
+			echo "FAIL $name: settings refused (exit $status) without \"$want_contains\": $(cat "$err" "$out")"
 			return 1
 		fi
 		return 0
@@ -137,7 +119,7 @@ check_fixture() {
 	response="$(grep '^{' "$out" | tail -n 1)"
 	allowed="$(jq -r '(.response // .) | .allowed' <<<"$response")"
 	message="$(jq -r '(.response // .) | .status.message // .message // empty' <<<"$response")"
-	want_allowed="$(jq -r '.expect.allowed' "$fixture")"
+	want_allowed="$(fixture_jq -r 'allowed' "$fixture")"
 	if [ "$allowed" != "$want_allowed" ]; then
 		echo "FAIL $name: allowed=$allowed, expected $want_allowed (message: $message)"
 		return 1
@@ -153,9 +135,10 @@ check_fixture() {
 	return 0
 }
 
-# Runs every fixture of a family; fails listing each mismatch.
+# Runs every fixture of a family; fails listing each mismatch, and when a fixture kwctl
+# could run was skipped.
 run_family() {
-	local prefix="$1" fixture line rc passed=0 failed=0 skipped=0
+	local prefix="$1" fixture line rc passed=0 failed=0 skipped=0 not_applicable=0
 	local -a report=()
 	shopt -s nullglob
 	local -a files=("$FIXTURES_DIR/$prefix"-*.json)
@@ -171,15 +154,14 @@ run_family() {
 		case "$rc" in
 		0) passed=$((passed + 1)) ;;
 		3) skipped=$((skipped + 1)) ;;
+		4) not_applicable=$((not_applicable + 1)) ;;
 		*) failed=$((failed + 1)) ;;
 		esac
 	done
+	echo "$prefix $passed $failed $skipped $not_applicable" >>"$TALLY"
 	printf '%s\n' "${report[@]}" | sed '/^$/d'
-	echo "$prefix: $passed passed, $failed failed, $skipped skipped"
-	if [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
-		skip "every $prefix fixture was skipped: ${report[0]#skip }"
-	fi
-	[ "$failed" -eq 0 ]
+	echo "$prefix: $passed passed, $failed failed, $skipped skipped, $not_applicable not applicable"
+	[ "$failed" -eq 0 ] && [ "$skipped" -eq 0 ]
 }
 
 @test "every fixture belongs to a family" {
@@ -241,4 +223,18 @@ run_family() {
 
 @test "the bypass catalogue: every known way around the wall (bypass-*)" {
 	run_family bypass
+}
+
+@test "summary: every fixture kwctl can run ran" {
+	local ran passed failed skipped not_applicable
+	read -r passed failed skipped not_applicable < <(awk '{p += $2; f += $3; s += $4; n += $5} END {print p+0, f+0, s+0, n+0}' "$TALLY")
+	ran=$((passed + failed))
+	echo "kwctl.bats: $ran fixtures ran ($passed passed, $failed failed), $skipped skipped, $not_applicable not applicable under kwctl" >&3
+	echo "kwctl: $passed passed, $failed failed, $skipped skipped" >&3
+	if [ "$(wc -l <"$TALLY")" -ne "${#FAMILIES[@]}" ]; then
+		echo "only $(wc -l <"$TALLY") of ${#FAMILIES[@]} families ran (a filter, or a family test stopped early)"
+	fi
+	[ "$ran" -gt 0 ]
+	[ "$skipped" -eq 0 ]
+	[ "$failed" -eq 0 ]
 }

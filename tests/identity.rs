@@ -7,16 +7,14 @@ use namespace_baseline_core::identity::{
     RECONCILER_NAMESPACE, RECONCILER_SERVICE_ACCOUNT, reconciler_username,
 };
 use namespace_baseline_policy::Settings;
-use serde::Deserialize;
-use serde_yaml::Value;
+use std::path::Path;
+
+use namespace_baseline_formats::yaml;
+use serde_json::Value;
 
 fn documents(path: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR")))
-        .unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|document| Value::deserialize(document).unwrap_or_else(|e| panic!("{path}: {e}")))
-        .filter(|document| !document.is_null())
-        .collect()
+    yaml::read_documents(&Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn of_kind<'a>(documents: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -77,6 +75,6 @@ fn the_admission_policy_exempts_the_core_identity() {
         settings["reconcilerUsername"].as_str(),
         Some(reconciler_username().as_str())
     );
-    let settings: Settings = serde_yaml::from_value(settings.clone()).expect("valid settings");
+    let settings: Settings = serde_json::from_value(settings.clone()).expect("valid settings");
     assert_eq!(settings.validate(), Ok(()));
 }

@@ -2,12 +2,14 @@
 //! same policy: same name, version, rules and context-aware resources, and the version is
 //! the crate's.
 
-use serde_yaml::Value;
+use std::path::Path;
+
+use namespace_baseline_formats::yaml;
+use serde_json::Value;
 
 fn read(path: &str) -> Value {
-    let text = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR")))
-        .unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"))
+    yaml::read_document(&Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn text<'a>(value: &'a Value, key: &str) -> &'a str {
@@ -18,7 +20,7 @@ fn text<'a>(value: &'a Value, key: &str) -> &'a str {
 
 /// A YAML document held as a string inside an annotation.
 fn embedded(annotations: &Value, key: &str) -> Value {
-    serde_yaml::from_str(text(annotations, key)).unwrap_or_else(|e| panic!("{key}: {e}"))
+    yaml::from_str(text(annotations, key)).unwrap_or_else(|e| panic!("{key}: {e}"))
 }
 
 #[test]
@@ -77,7 +79,7 @@ fn rules_and_resources_agree() {
         .split(',')
         .map(|k| Value::from(k.trim()))
         .collect();
-    assert_eq!(package["keywords"], Value::Sequence(keywords));
+    assert_eq!(package["keywords"], Value::Array(keywords));
 }
 
 #[test]
@@ -87,12 +89,12 @@ fn the_policy_guards_exactly_what_the_design_names() {
     assert_eq!(metadata["backgroundAudit"], Value::Bool(false));
     assert_eq!(text(&metadata, "executionMode"), "kubewarden-wapc");
     let rules: Vec<(String, String, Vec<String>)> = metadata["rules"]
-        .as_sequence()
+        .as_array()
         .expect("rules")
         .iter()
         .map(|rule| {
             let list = |key: &str| -> Vec<String> {
-                serde_yaml::from_value(rule[key].clone()).expect("a list of strings")
+                serde_json::from_value(rule[key].clone()).expect("a list of strings")
             };
             (
                 list("apiGroups").join(","),

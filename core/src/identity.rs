@@ -9,6 +9,10 @@ pub const MANAGED_BY_VALUE: &str = "namespace-baseline";
 /// Label naming the baseline a managed NetworkPolicy belongs to (see [`baseline_label_value`]).
 pub const BASELINE_LABEL: &str = "hedronite.io/baseline";
 
+/// On a NamespaceBaseline while its deletion must remove its wall (`deletionPolicy: Delete`
+/// in `Enforce` mode); never present under `Orphan`.
+pub const CLEANUP_FINALIZER: &str = "hedronite.io/cleanup";
+
 /// The server-side apply field manager of the reconciler.
 pub const FIELD_MANAGER: &str = "namespace-baseline";
 

@@ -5,7 +5,11 @@
 //! namespaces a baseline covers, or which objects are managed.
 
 pub mod admission;
+pub mod cidr;
+pub mod doors;
+pub mod holes;
 pub mod identity;
+pub mod plan;
 pub mod selector;
 pub mod spec;
 pub mod wall;

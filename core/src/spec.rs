@@ -63,7 +63,10 @@ fn default_true() -> bool {
     true
 }
 
-/// The pods the DNS door opens egress to, on UDP and TCP port 53.
+/// Where the DNS door opens egress to: the DNS pods (by namespace and labels) and, where
+/// pods resolve through an address no pod selector matches (NodeLocal DNSCache's
+/// 169.254.20.10 on every node), those addresses; on the ports the DNS servers listen on.
+/// Every default is the seed's door: `k8s-app=kube-dns` pods in `kube-system`, UDP and TCP 53.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
@@ -74,7 +77,65 @@ pub struct DnsSpec {
     /// The labels of the DNS pods.
     #[serde(default = "default_dns_pod_labels")]
     pub pod_labels: BTreeMap<String, String>,
+    /// Open the door to the DNS pods (`namespace`, `podLabels`). `false` leaves a door to
+    /// `ipBlocks` only.
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub pods: bool,
+    /// The ports the DNS servers listen on, as NetworkPolicy sees them: the pods' own ports,
+    /// after a Service's mapping (OpenShift's DNS pods listen on 5353 behind port 53).
+    #[serde(
+        default = "default_dns_ports",
+        skip_serializing_if = "is_default_dns_ports"
+    )]
+    #[cfg_attr(feature = "crd", schemars(length(min = 1, max = 8)))]
+    pub ports: Vec<DnsPort>,
+    /// Addresses of DNS servers that no pod selector matches, as CIDRs (IPv4 or IPv6), e.g.
+    /// `169.254.20.10/32` for NodeLocal DNSCache. Never the whole internet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "crd", schemars(length(max = 16), inner(regex(pattern = CIDR_PATTERN))))]
+    pub ip_blocks: Vec<String>,
+    /// The Service pods resolve through, `namespace/name`: the reconciler checks that its
+    /// ready endpoints are inside the door (the `DNSReachable` condition).
+    #[serde(
+        default = "default_dns_service",
+        skip_serializing_if = "is_default_dns_service"
+    )]
+    #[cfg_attr(feature = "crd", schemars(regex(pattern = SERVICE_PATTERN)))]
+    pub service: String,
 }
+
+/// One port of the DNS door.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
+pub struct DnsPort {
+    pub protocol: DnsProtocol,
+    #[cfg_attr(feature = "crd", schemars(range(min = 1, max = 65535), extend("format" = "int32")))]
+    pub port: u16,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "crd", derive(schemars::JsonSchema))]
+pub enum DnsProtocol {
+    #[serde(rename = "UDP")]
+    Udp,
+    #[serde(rename = "TCP")]
+    Tcp,
+}
+
+impl DnsProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Udp => "UDP",
+            Self::Tcp => "TCP",
+        }
+    }
+}
+
+/// What the CRD schema accepts as an ipBlock: digits, hex, dots and colons, one prefix length.
+/// [`NamespaceBaselineSpec::validate`] checks the address and the prefix for real.
+pub const CIDR_PATTERN: &str = r"^[0-9A-Fa-f.:]+/[0-9]{1,3}$";
+/// `namespace/name`, both DNS labels.
+pub const SERVICE_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
 fn default_dns_namespace() -> String {
     "kube-system".to_owned()
@@ -84,12 +145,53 @@ fn default_dns_pod_labels() -> BTreeMap<String, String> {
     BTreeMap::from([("k8s-app".to_owned(), "kube-dns".to_owned())])
 }
 
+fn default_dns_ports() -> Vec<DnsPort> {
+    vec![
+        DnsPort {
+            protocol: DnsProtocol::Udp,
+            port: 53,
+        },
+        DnsPort {
+            protocol: DnsProtocol::Tcp,
+            port: 53,
+        },
+    ]
+}
+
+fn is_default_dns_ports(ports: &[DnsPort]) -> bool {
+    ports == default_dns_ports()
+}
+
+fn default_dns_service() -> String {
+    "kube-system/kube-dns".to_owned()
+}
+
+fn is_default_dns_service(service: &str) -> bool {
+    service == default_dns_service()
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
 impl Default for DnsSpec {
     fn default() -> Self {
         Self {
             namespace: default_dns_namespace(),
             pod_labels: default_dns_pod_labels(),
+            pods: true,
+            ports: default_dns_ports(),
+            ip_blocks: Vec::new(),
+            service: default_dns_service(),
         }
+    }
+}
+
+impl DnsSpec {
+    /// The DNS Service's namespace and name.
+    pub fn service_ref(&self) -> (&str, &str) {
+        self.service.split_once('/').unwrap_or(("", &self.service))
     }
 }
 
@@ -151,6 +253,11 @@ pub enum SpecError {
     NamespaceLabel(SelectorError),
     DnsNamespace(String),
     DnsPodLabels(String),
+    DnsPorts(String),
+    DnsIpBlocks(String),
+    DnsService(String),
+    /// Neither the DNS pods nor an ipBlock: a door to nothing.
+    DnsNowhere,
 }
 
 impl fmt::Display for SpecError {
@@ -162,6 +269,15 @@ impl fmt::Display for SpecError {
                 "spec.dns.namespace {namespace:?} is not a namespace name (lowercase letters, digits and '-', at most 63 characters)"
             ),
             Self::DnsPodLabels(reason) => write!(f, "spec.dns.podLabels: {reason}"),
+            Self::DnsPorts(reason) => write!(f, "spec.dns.ports: {reason}"),
+            Self::DnsIpBlocks(reason) => write!(f, "spec.dns.ipBlocks: {reason}"),
+            Self::DnsService(service) => write!(
+                f,
+                "spec.dns.service {service:?} is not namespace/name (two namespace-style names)"
+            ),
+            Self::DnsNowhere => f.write_str(
+                "spec.dns: pods is false and ipBlocks is empty: the door would open to nothing (set allowDNS: false for no door)",
+            ),
         }
     }
 }
@@ -195,7 +311,7 @@ impl NamespaceBaselineSpec {
             if !is_dns_label(&dns.namespace) {
                 return Err(SpecError::DnsNamespace(dns.namespace.clone()));
             }
-            if dns.pod_labels.is_empty() {
+            if dns.pods && dns.pod_labels.is_empty() {
                 return Err(SpecError::DnsPodLabels(
                     "give at least one label: an empty selector would open DNS egress to every pod of the namespace".to_owned(),
                 ));
@@ -212,6 +328,7 @@ impl NamespaceBaselineSpec {
                     )));
                 }
             }
+            validate_dns_door(dns)?;
         }
         Ok(selector)
     }
@@ -220,6 +337,40 @@ impl NamespaceBaselineSpec {
     pub fn dns_target(&self) -> DnsSpec {
         self.dns.clone().unwrap_or_default()
     }
+}
+
+fn validate_dns_door(dns: &DnsSpec) -> Result<(), SpecError> {
+    if dns.ports.is_empty() {
+        return Err(SpecError::DnsPorts("give at least one port".to_owned()));
+    }
+    for (index, port) in dns.ports.iter().enumerate() {
+        if port.port == 0 {
+            return Err(SpecError::DnsPorts("port 0 is not a port".to_owned()));
+        }
+        if dns.ports[..index].contains(port) {
+            return Err(SpecError::DnsPorts(format!(
+                "{} {} is listed twice",
+                port.protocol.as_str(),
+                port.port
+            )));
+        }
+    }
+    for cidr in &dns.ip_blocks {
+        let network = crate::cidr::Cidr::parse(cidr).map_err(SpecError::DnsIpBlocks)?;
+        if network.prefix == 0 {
+            return Err(SpecError::DnsIpBlocks(format!(
+                "{cidr:?} is the whole internet: a DNS door must name the DNS servers' addresses"
+            )));
+        }
+    }
+    let (namespace, name) = dns.service_ref();
+    if !is_dns_label(namespace) || !is_dns_label(name) {
+        return Err(SpecError::DnsService(dns.service.clone()));
+    }
+    if !dns.pods && dns.ip_blocks.is_empty() {
+        return Err(SpecError::DnsNowhere);
+    }
+    Ok(())
 }
 
 /// A DNS-1123 label, the syntax of namespace names.
@@ -270,9 +421,62 @@ mod tests {
     #[case(json!({"namespaceLabel": "a", "dns": {"podLabels": {}}}), "spec.dns.podLabels")]
     #[case(json!({"namespaceLabel": "a", "dns": {"podLabels": {"app": "-x"}}}), "spec.dns.podLabels")]
     #[case(json!({"namespaceLabel": "a", "dns": {"podLabels": {"a=b": "x"}}}), "spec.dns.podLabels")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"ports": []}}), "spec.dns.ports: give at least one port")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"ports": [{"protocol": "UDP", "port": 0}]}}), "spec.dns.ports: port 0")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "UDP", "port": 53}]}}), "spec.dns.ports: UDP 53 is listed twice")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"ipBlocks": ["0.0.0.0/0"]}}), "spec.dns.ipBlocks: \"0.0.0.0/0\" is the whole internet")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"ipBlocks": ["::/0"]}}), "spec.dns.ipBlocks: \"::/0\" is the whole internet")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"ipBlocks": ["169.254.20.10"]}}), "spec.dns.ipBlocks: \"169.254.20.10\" is not a CIDR")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"ipBlocks": ["10.0.0.1/8"]}}), "spec.dns.ipBlocks: \"10.0.0.1/8\" has host bits set")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"service": "kube-dns"}}), "spec.dns.service")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"service": "Kube/DNS"}}), "spec.dns.service")]
+    #[case(json!({"namespaceLabel": "a", "dns": {"pods": false}}), "spec.dns: pods is false and ipBlocks is empty")]
     fn invalid_specs_say_which_field(#[case] spec: serde_json::Value, #[case] field: &str) {
         let spec: NamespaceBaselineSpec = serde_json::from_value(spec).unwrap();
-        assert!(spec.validate().unwrap_err().to_string().starts_with(field));
+        let error = spec.validate().unwrap_err().to_string();
+        assert!(error.starts_with(field), "{error}");
+    }
+
+    #[rstest]
+    #[case(json!({"ports": [{"protocol": "SCTP", "port": 53}]}))]
+    #[case(json!({"ports": [{"protocol": "UDP", "port": 70000}]}))]
+    #[case(json!({"ports": [{"protocol": "UDP", "port": -1}]}))]
+    #[case(json!({"ipBlocks": "10.0.0.0/8"}))]
+    fn malformed_door_fields_are_refused_when_read(#[case] dns: serde_json::Value) {
+        let read = serde_json::from_value::<NamespaceBaselineSpec>(
+            json!({"namespaceLabel": "a", "dns": dns}),
+        );
+        assert!(read.is_err());
+    }
+
+    #[rstest]
+    #[case("169.254.20.10/32", true)]
+    #[case("fd00::53/128", true)]
+    #[case("10.0.0.0/8", true)]
+    #[case("kube-dns", false)]
+    #[case("10.0.0.0", false)]
+    #[case("10.0.0.0/8 ", false)]
+    fn the_cidr_pattern_lets_through_what_the_parser_may_accept(
+        #[case] text: &str,
+        #[case] passes: bool,
+    ) {
+        assert_eq!(
+            regex::Regex::new(CIDR_PATTERN).unwrap().is_match(text),
+            passes
+        );
+    }
+
+    #[rstest]
+    #[case("kube-system/kube-dns", true)]
+    #[case("openshift-dns/dns-default", true)]
+    #[case("kube-dns", false)]
+    #[case("a/b/c", false)]
+    #[case("Kube/dns", false)]
+    fn the_service_pattern_is_namespace_slash_name(#[case] text: &str, #[case] passes: bool) {
+        assert_eq!(
+            regex::Regex::new(SERVICE_PATTERN).unwrap().is_match(text),
+            passes
+        );
     }
 
     #[rstest]

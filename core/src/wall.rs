@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -15,7 +16,6 @@ use crate::spec::{DnsSpec, NamespaceBaselineSpec};
 
 /// The label every namespace carries with its own name (set by the API server).
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-const DNS_PORT: i32 = 53;
 
 /// The NetworkPolicies `baseline` wants in `namespace`: deny-all, then the DNS door when
 /// `allowDNS` is on. Every field of the spec is named (empty rule lists included) so that a
@@ -47,11 +47,6 @@ fn deny_all(baseline: &str, namespace: &str) -> NetworkPolicy {
 }
 
 fn dns_door(baseline: &str, namespace: &str, dns: &DnsSpec) -> NetworkPolicy {
-    let port = |protocol: &str| NetworkPolicyPort {
-        protocol: Some(protocol.to_owned()),
-        port: Some(IntOrString::Int(DNS_PORT)),
-        end_port: None,
-    };
     let dns_pods = NetworkPolicyPeer {
         namespace_selector: Some(LabelSelector {
             match_labels: Some(BTreeMap::from([(
@@ -66,6 +61,28 @@ fn dns_door(baseline: &str, namespace: &str, dns: &DnsSpec) -> NetworkPolicy {
         }),
         ip_block: None,
     };
+    let addresses = dns.ip_blocks.iter().map(|cidr| NetworkPolicyPeer {
+        ip_block: Some(IPBlock {
+            cidr: cidr.clone(),
+            except: None,
+        }),
+        ..NetworkPolicyPeer::default()
+    });
+    let to = dns
+        .pods
+        .then_some(dns_pods)
+        .into_iter()
+        .chain(addresses)
+        .collect();
+    let ports = dns
+        .ports
+        .iter()
+        .map(|port| NetworkPolicyPort {
+            protocol: Some(port.protocol.as_str().to_owned()),
+            port: Some(IntOrString::Int(i32::from(port.port))),
+            end_port: None,
+        })
+        .collect();
     managed_policy(
         dns_policy_name(baseline),
         baseline,
@@ -75,8 +92,8 @@ fn dns_door(baseline: &str, namespace: &str, dns: &DnsSpec) -> NetworkPolicy {
             policy_types: Some(vec!["Egress".to_owned()]),
             ingress: Some(Vec::new()),
             egress: Some(vec![NetworkPolicyEgressRule {
-                to: Some(vec![dns_pods]),
-                ports: Some(vec![port("UDP"), port("TCP")]),
+                to: Some(to),
+                ports: Some(ports),
             }]),
         },
     )
@@ -304,6 +321,53 @@ mod tests {
                 },
             ])
         );
+    }
+
+    /// Baselines stored before `ports`, `ipBlocks`, `pods` and `service` existed keep their
+    /// wall to the byte: the server-side apply of an unchanged object writes nothing.
+    #[test]
+    fn a_default_door_is_the_seeds_byte_for_byte() {
+        let seed_door = r#"{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"labels":{"app.kubernetes.io/managed-by":"namespace-baseline","hedronite.io/baseline":"guarded"},"name":"nsb-guarded-allow-dns","namespace":"team-a"},"spec":{"egress":[{"ports":[{"port":53,"protocol":"UDP"},{"port":53,"protocol":"TCP"}],"to":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"kube-system"}},"podSelector":{"matchLabels":{"k8s-app":"kube-dns"}}}]}],"ingress":[],"podSelector":{},"policyTypes":["Egress"]}}"#;
+        for spec in [
+            seed(),
+            spec(json!({"namespaceLabel": "baseline=guarded", "dns": {}})),
+            spec(json!({"namespaceLabel": "baseline=guarded", "dns": {
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                "pods": true, "ipBlocks": [], "service": "kube-system/kube-dns"}})),
+        ] {
+            let wall = desired_wall("guarded", "team-a", &spec);
+            assert_eq!(serde_json::to_string(&wall[1]).unwrap(), seed_door);
+        }
+    }
+
+    #[rstest]
+    #[case::openshift(
+        json!({"namespace": "openshift-dns", "podLabels": {"dns.operator.openshift.io/daemonset-dns": "default"},
+               "ports": [{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}]}),
+        json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "openshift-dns"}},
+                "podSelector": {"matchLabels": {"dns.operator.openshift.io/daemonset-dns": "default"}}}]),
+        json!([{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}]))]
+    #[case::node_local_dns_cache_with_kube_dns_fallback(
+        json!({"ipBlocks": ["169.254.20.10/32"]}),
+        json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}},
+               {"ipBlock": {"cidr": "169.254.20.10/32"}}]),
+        json!([{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]))]
+    #[case::addresses_only(
+        json!({"pods": false, "ipBlocks": ["169.254.20.10/32", "fd00::53/128"], "ports": [{"protocol": "UDP", "port": 53}]}),
+        json!([{"ipBlock": {"cidr": "169.254.20.10/32"}}, {"ipBlock": {"cidr": "fd00::53/128"}}]),
+        json!([{"protocol": "UDP", "port": 53}]))]
+    fn the_door_opens_to_the_pods_and_addresses_on_the_ports_of_the_spec(
+        #[case] dns: Value,
+        #[case] to: Value,
+        #[case] ports: Value,
+    ) {
+        let spec = spec(json!({"namespaceLabel": "baseline", "dns": dns}));
+        spec.validate().unwrap();
+        let wall = desired_wall("guarded", "team-a", &spec);
+        let rule = &serde_json::to_value(&wall[1]).unwrap()["spec"]["egress"][0];
+        assert_eq!(rule["to"], to);
+        assert_eq!(rule["ports"], ports);
     }
 
     #[test]

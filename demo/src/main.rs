@@ -11,12 +11,11 @@
 //! `policy.wasm` at the repository root), `NSB_DEMO_DIR` (logs; default a temporary dir).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
@@ -30,11 +29,11 @@ use namespace_baseline_core::identity::{
     reconciler_username,
 };
 use namespace_baseline_core::spec::NamespaceBaseline;
-use namespace_baseline_demo::apply::Applier;
-use namespace_baseline_demo::http_get;
-use namespace_baseline_demo::kubeconfig;
-use namespace_baseline_demo::manifests::{self, Manifest};
 use namespace_baseline_e2e::PolicyHost;
+use namespace_baseline_harness::apply::Applier;
+use namespace_baseline_harness::manifests::{self, Manifest};
+use namespace_baseline_harness::process::{ReconcilerProcess, Spawn};
+use namespace_baseline_harness::{kubeconfig, wait_until};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -57,7 +56,7 @@ async fn main() -> ExitCode {
     };
     let result = demo.run().await;
     let log = demo.reconciler.as_ref().map(|r| r.log.clone());
-    demo.stop_reconciler();
+    demo.stop_reconciler().await;
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -81,17 +80,11 @@ struct Demo {
     applier: Applier,
     root: PathBuf,
     work: PathBuf,
-    reconciler: Option<Reconciler>,
+    reconciler: Option<ReconcilerProcess>,
     /// Events already shown: uid -> series count.
     events_seen: BTreeMap<String, i32>,
     /// What happened, for the closing summary.
     figures: Vec<String>,
-}
-
-struct Reconciler {
-    child: Child,
-    port: u16,
-    log: PathBuf,
 }
 
 /// One change of a managed NetworkPolicy, when the watch delivered it.
@@ -262,7 +255,7 @@ impl Demo {
     }
 
     fn say(&self, text: impl AsRef<str>) {
-        let stamp = namespace_baseline_demo::stamp(self.start);
+        let stamp = namespace_baseline_harness::stamp(self.start);
         println!("{stamp} {}", text.as_ref());
     }
 
@@ -313,7 +306,7 @@ impl Demo {
 
         self.section("7. Done");
         self.print_metrics();
-        self.stop_reconciler();
+        self.stop_reconciler().await;
         for figure in &self.figures {
             println!("  - {figure}");
         }
@@ -370,60 +363,50 @@ impl Demo {
         let binary = env_path("NSB_RECONCILER_BIN")
             .context("NSB_RECONCILER_BIN is not set (demo/demo.sh sets it)")?;
         let kubeconfig = self.reconciler_kubeconfig().await?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let log = self.work.join("reconciler.log");
-        let file = std::fs::File::create(&log)?;
-        let child = Command::new(&binary)
-            .arg("run")
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .env("KUBECONFIG", &kubeconfig)
-            .env("POD_NAME", "demo-reconciler")
-            .env("POD_NAMESPACE", RECONCILER_NAMESPACE)
-            .env("RUST_LOG", "info")
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let reconciler = ReconcilerProcess::spawn(Spawn {
+            binary: &binary,
+            kubeconfig: &kubeconfig,
+            instance: "demo-reconciler",
+            args: &[],
+            log: self.work.join("reconciler.log"),
+            rust_log: "info",
+        })?;
         // demo.sh kills it by this pid should this process die first.
-        std::fs::write(self.work.join("reconciler.pid"), child.id().to_string())?;
+        std::fs::write(
+            self.work.join("reconciler.pid"),
+            reconciler.pid().to_string(),
+        )?;
         self.say(format!(
             "reconciler started as {} (a TokenRequest token)",
             reconciler_username()
         ));
         self.more(format!(
-            "pid {}, log {}; flags: run --listen=127.0.0.1:{port}, the defaults otherwise (--resync-interval=5m, --leader-election=true)",
-            child.id(),
-            log.display()
+            "pid {}, log {}; flags: run --listen=127.0.0.1:{}, the defaults otherwise (--resync-interval=5m, --leader-election=true)",
+            reconciler.pid(),
+            reconciler.log.display(),
+            reconciler.port
         ));
-        self.reconciler = Some(Reconciler { child, port, log });
-        let started = Instant::now();
-        loop {
-            let reconciler = self.reconciler.as_mut().context("no reconciler")?;
-            if let Some(status) = reconciler.child.try_wait()? {
-                bail!(
-                    "the reconciler exited ({status}); see {}",
-                    reconciler.log.display()
-                );
-            }
-            // A replica is ready as a standby first; wait until it leads (holds the Lease).
-            if let Ok((200, body)) = http_get(port, "/readyz")
-                && body.contains("leader")
-            {
-                let body = body.trim();
-                self.say(format!(
-                    "reconciler ready after {}: /readyz says \"{body}\" (it holds the Lease {RECONCILER_NAMESPACE}/namespace-baseline-reconciler)",
-                    took(started.elapsed())
-                ));
-                return Ok(());
-            }
-            ensure!(
-                started.elapsed() < STEP_TIMEOUT,
-                "the reconciler was not ready in time"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // A replica is ready as a standby first; wait until it leads (holds the Lease).
+        let (body, took_ready) =
+            wait_until("the reconciler to lead (/readyz)", STEP_TIMEOUT, || {
+                let answer = reconciler
+                    .check_alive()
+                    .and_then(|()| reconciler.http("/readyz"));
+                async move {
+                    Ok(answer
+                        .ok()
+                        .filter(|(code, body)| *code == 200 && body.contains("leader"))
+                        .map(|(_, body)| body))
+                }
+            })
+            .await?;
+        self.reconciler = Some(reconciler);
+        self.say(format!(
+            "reconciler ready after {}: /readyz says \"{}\" (it holds the Lease {RECONCILER_NAMESPACE}/namespace-baseline-reconciler)",
+            took(took_ready),
+            body.trim()
+        ));
+        Ok(())
     }
 
     /// The reconciler's counters, from its /metrics.
@@ -431,7 +414,7 @@ impl Demo {
         let Some(reconciler) = &self.reconciler else {
             return;
         };
-        let Ok((200, text)) = http_get(reconciler.port, "/metrics") else {
+        let Ok((200, text)) = reconciler.http("/metrics") else {
             return;
         };
         let wanted = [
@@ -450,32 +433,24 @@ impl Demo {
         self.more(lines.join(", "));
     }
 
-    fn stop_reconciler(&mut self) {
+    async fn stop_reconciler(&mut self) {
         let Some(mut reconciler) = self.reconciler.take() else {
             return;
         };
-        if let Ok(Some(status)) = reconciler.child.try_wait() {
-            self.say(format!("the reconciler had already exited ({status})"));
+        if reconciler.check_alive().is_err() {
+            self.say("the reconciler had already exited");
             return;
         }
-        let started = Instant::now();
-        let _ = Command::new("kill")
-            .args(["-TERM", &reconciler.child.id().to_string()])
-            .status();
-        while started.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = reconciler.child.try_wait() {
+        match reconciler.stop(Duration::from_secs(10)).await {
+            Ok((_, stopped_in)) => {
                 self.say(format!(
                     "reconciler stopped {} after SIGTERM (graceful: running reconciles finished, Lease released)",
-                    took(started.elapsed())
+                    took(stopped_in)
                 ));
-                let _ = std::fs::remove_file(self.work.join("reconciler.pid"));
-                return;
+                std::fs::remove_file(self.work.join("reconciler.pid")).ok();
             }
-            std::thread::sleep(Duration::from_millis(20));
+            Err(error) => self.say(format!("reconciler killed: {error}")),
         }
-        let _ = reconciler.child.kill();
-        let _ = reconciler.child.wait();
-        self.say("reconciler killed: it did not stop within 10 s of SIGTERM");
     }
 
     async fn create_namespaces(&mut self, guarded: &[String], others: &[String]) -> Result<()> {

@@ -9,7 +9,8 @@
 #
 # Env: NSB_CACHE_DIR (binary cache root, see build.sh), NSB_CONTROL_PLANE_BIN_DIR
 # (use binaries from there instead), NSB_START_TIMEOUT (readiness timeout, s, default 60),
-# NSB_APISERVER_EXTRA_ARGS / NSB_ETCD_EXTRA_ARGS (extra flags, whitespace-split).
+# NSB_APISERVER_EXTRA_ARGS / NSB_ETCD_EXTRA_ARGS (extra flags, whitespace-split; a flag given
+# again there wins), NSB_APISERVER_PORT (a fixed secure port instead of a free one).
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -89,12 +90,18 @@ $ALICE_TOKEN,alice,nsb-alice
 EOF
 chmod 600 tokens.csv
 
-# One audit event per request (RequestReceived omitted), metadata only.
+# One audit event per request (RequestReceived omitted), metadata only; Lease writes with
+# their bodies (the soak reads who held the lease when, and the resourceVersion order).
 cat >audit-policy.yaml <<'EOF'
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+  - level: RequestResponse
+    verbs: ["create", "update", "patch"]
+    resources:
+      - group: coordination.k8s.io
+        resources: ["leases"]
   - level: Metadata
 EOF
 
@@ -182,13 +189,15 @@ write_apiserver_script() {
 
 APISERVER_PORT=""
 for attempt in 1 2 3 4 5; do
-  APISERVER_PORT="$(nsb_pick_ports 1)"
+  # NSB_APISERVER_PORT: a fixed port (the test node runs its own network namespace and the
+  # usual 6443); else a free one.
+  APISERVER_PORT="${NSB_APISERVER_PORT:-$(nsb_pick_ports 1)}"
   NSB_APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
   write_apiserver_script "$APISERVER_PORT"
   nsb_launch kube-apiserver "$STATE_DIR"
   rc=0; nsb_wait_apiserver "$STATE_DIR" "$NSB_APISERVER_URL" "$ADMIN_TOKEN" "$TIMEOUT_S" || rc=$?
   [[ $rc == 0 ]] && break
-  if [[ $rc == 2 ]] && grep -q 'address already in use' kube-apiserver.log && [[ $attempt -lt 5 ]]; then
+  if [[ $rc == 2 ]] && grep -q 'address already in use' kube-apiserver.log && [[ $attempt -lt 5 && -z "${NSB_APISERVER_PORT:-}" ]]; then
     nsb_log "kube-apiserver port was taken, retrying with another port"
     : >kube-apiserver.log
     continue

@@ -1,7 +1,7 @@
 //! What a person types into the playground's editors: JSON or YAML (one or several YAML
 //! documents), read into JSON values. Every failure is a message that says where.
 
-use serde::Deserialize;
+use namespace_baseline_formats::yaml;
 use serde_json::Value;
 
 /// One document of JSON or YAML; `Ok(None)` when the text is blank. JSON is tried first so
@@ -15,7 +15,7 @@ pub fn parse(text: &str) -> Result<Option<Value>, String> {
         Ok(value) => return Ok(Some(value)),
         Err(error) => error,
     };
-    match serde_yaml::from_str::<Value>(text) {
+    match yaml::from_str::<Value>(text) {
         Ok(value) => Ok(Some(value)),
         Err(_) if looks_like_json(text) => Err(format!("not valid JSON: {json_error}")),
         Err(error) => Err(format!("not valid YAML: {}", yaml_message(&error))),
@@ -31,30 +31,20 @@ pub fn parse_all(text: &str) -> Result<Vec<Value>, String> {
     if let Ok(value) = serde_json::from_str::<Value>(text) {
         return Ok(vec![value]);
     }
-    let mut documents = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        match Value::deserialize(document) {
-            Ok(Value::Null) => {}
-            Ok(value) => documents.push(value),
-            Err(error) => {
-                return Err(match parse(text) {
-                    // One document that is broken JSON: say so.
-                    Err(message) if looks_like_json(text) => message,
-                    _ => format!(
-                        "not valid YAML (document {}): {}",
-                        index + 1,
-                        yaml_message(&error)
-                    ),
-                });
-            }
-        }
-    }
-    Ok(documents)
+    yaml::documents(text).map_err(|error| match parse(text) {
+        // One document that is broken JSON: say so.
+        Err(message) if looks_like_json(text) => message,
+        _ => format!(
+            "not valid YAML (document {}): {}",
+            error.index + 1,
+            yaml_message(&error.error)
+        ),
+    })
 }
 
 /// A value as YAML, for the editors (examples are stored as JSON).
 pub fn to_yaml(value: &Value) -> Result<String, String> {
-    serde_yaml::to_string(value).map_err(|error| format!("cannot write YAML: {error}"))
+    yaml::to_string(value).map_err(|error| format!("cannot write YAML: {error}"))
 }
 
 fn looks_like_json(text: &str) -> bool {
@@ -63,7 +53,7 @@ fn looks_like_json(text: &str) -> bool {
     text.starts_with('{') && text.contains('"') || text.starts_with('[') && text.contains('"')
 }
 
-fn yaml_message(error: &serde_yaml::Error) -> String {
+fn yaml_message(error: &yaml::Error) -> String {
     error.to_string()
 }
 

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use namespace_baseline_formats::fixture::{self, Verdict};
 use serde_json::Value;
 
 use super::*;
@@ -24,42 +25,26 @@ fn yaml(value: Option<&Value>) -> String {
 
 #[test]
 fn every_fixture_gives_the_verdict_it_expects() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e-tests/fixtures");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(fixture::DIR);
     let mut checked = 0;
     let mut failures = Vec::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|ext| ext != "json") {
-            continue;
-        }
-        let fixture: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
-            .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        let expect = &fixture["expect"];
-        let settings = yaml(Some(
-            fixture
-                .get("settings")
-                .unwrap_or(&Value::Object(Default::default())),
-        ));
-        let baselines = yaml(fixture.get("baselines"));
-        let request = serde_json::to_string_pretty(
-            fixture
-                .get("request")
-                .unwrap_or(&Value::Object(Default::default())),
-        )
-        .unwrap();
+    for fixture in fixture::load_all(&dir).unwrap_or_else(|error| panic!("{error}")) {
+        let name = &fixture.name;
+        let settings = yaml(Some(&fixture.settings));
+        let baselines = yaml(Some(&Value::Array(fixture.baselines.clone())));
+        let request = serde_json::to_string_pretty(&fixture.request).unwrap();
         let evaluation = evaluate(&EvaluateInput {
             settings: &settings,
             baselines: &baselines,
-            host_error: fixture["hostError"].as_str().unwrap_or(""),
+            host_error: fixture.host_error.as_deref().unwrap_or(""),
             request: &request,
         });
-        let expected = if expect["settingsValid"] == false {
-            Outcome::SettingsInvalid
-        } else if expect["allowed"] == true {
-            Outcome::Allowed
-        } else {
-            Outcome::Denied
+        let expected = match fixture.verdict() {
+            Verdict::SettingsInvalid => Outcome::SettingsInvalid,
+            Verdict::Allowed => Outcome::Allowed,
+            Verdict::Denied => Outcome::Denied,
         };
         checked += 1;
         if evaluation.outcome != expected {
@@ -69,7 +54,7 @@ fn every_fixture_gives_the_verdict_it_expects() {
             ));
             continue;
         }
-        if let Some(wanted) = expect["messageContains"].as_str()
+        if let Some(wanted) = fixture.expect.message_contains.as_deref()
             && !evaluation
                 .message
                 .as_deref()
@@ -80,8 +65,8 @@ fn every_fixture_gives_the_verdict_it_expects() {
                 evaluation.message
             ));
         }
-        if let Some(wanted) = expect["hostCalls"].as_u64()
-            && wanted as usize != evaluation.baseline_reads
+        if let Some(wanted) = fixture.expect.host_calls
+            && wanted != evaluation.baseline_reads
         {
             failures.push(format!(
                 "{name}: {} baseline reads, expected {wanted}",
@@ -119,8 +104,11 @@ fn answers_are_json_the_page_reads() {
     assert_eq!(bindings::version(), env!("CARGO_PKG_VERSION"));
 }
 
+/// Hostile text in any editor is answered, never panicked on, and the answer is the one
+/// the page can show: an error next to that editor (and only that one) whenever the text
+/// cannot be read there, a verdict with no error otherwise, and JSON the page parses back.
 #[test]
-fn hostile_text_is_answered_not_panicked() {
+fn hostile_text_is_answered_next_to_its_editor() {
     let inputs = [
         "",
         "\u{0}",
@@ -135,11 +123,12 @@ fn hostile_text_is_answered_not_panicked() {
         "- - - -",
         "a: b\n\t c",
     ];
+    let mut refused = 0;
     for text in inputs {
-        for (settings, baselines, request) in [
-            (text, "", "{}"),
-            ("contextAware: true", text, "{}"),
-            ("contextAware: true", "", text),
+        for (field, settings, baselines, request) in [
+            (Field::Settings, text, "", "{}"),
+            (Field::Baselines, "contextAware: true", text, "{}"),
+            (Field::Request, "contextAware: true", "", text),
         ] {
             let evaluation = evaluate(&EvaluateInput {
                 settings,
@@ -147,9 +136,63 @@ fn hostile_text_is_answered_not_panicked() {
                 host_error: "",
                 request,
             });
-            let _ = to_json(&evaluation);
+            let case = format!("{field:?} = {text:.40?}: {evaluation:?}");
+            let stray: Vec<_> = evaluation
+                .errors
+                .iter()
+                .filter(|e| e.field != field)
+                .collect();
+            assert!(stray.is_empty(), "an error on another editor: {case}");
+            match evaluation.outcome {
+                Outcome::Allowed | Outcome::Denied => {
+                    assert!(
+                        evaluation.errors.is_empty(),
+                        "a verdict with errors: {case}"
+                    )
+                }
+                Outcome::SettingsInvalid | Outcome::InputError => {
+                    assert!(!evaluation.errors.is_empty(), "no error shown: {case}");
+                    refused += 1;
+                }
+            }
+            // Text that is neither JSON nor YAML is always refused where it was typed.
+            let unreadable = match field {
+                Field::Baselines => document::parse_all(text).is_err(),
+                _ => document::parse(text).is_err(),
+            };
+            if unreadable {
+                assert_eq!(evaluation.outcome, Outcome::InputError, "{case}");
+            }
+            let answer: Value = serde_json::from_str(&to_json(&evaluation))
+                .unwrap_or_else(|error| panic!("not JSON ({error}): {case}"));
+            assert_eq!(
+                answer["outcome"],
+                serde_json::to_value(evaluation.outcome).unwrap(),
+                "{case}"
+            );
         }
-        let _ = render_wall(text, text, text);
-        let _ = to_yaml(text);
+
+        // None of these is a namespace name: no wall, an error on the namespace.
+        let wall = render_wall(text, text, text);
+        assert!(wall.yaml.is_none(), "a wall for {text:.40?}: {wall:?}");
+        assert!(
+            wall.errors.iter().any(|e| e.field == Field::Namespace),
+            "{text:.40?}: {wall:?}"
+        );
+
+        // Converted, or refused as a document; what converts reads back as the same value.
+        let converted = to_yaml(text);
+        match (&converted.text, converted.errors.as_slice()) {
+            (Some(yaml), []) => assert_eq!(
+                document::parse(yaml).unwrap(),
+                document::parse(text).unwrap(),
+                "{text:.40?} does not round-trip through {yaml:?}"
+            ),
+            (None, [error]) => assert_eq!(error.field, Field::Document, "{converted:?}"),
+            _ => panic!("{text:.40?}: {converted:?}"),
+        }
     }
+    // The inputs are hostile: most are refused somewhere (a test that refused nothing would
+    // be testing nothing).
+    assert!(refused >= inputs.len(), "only {refused} refusals");
 }

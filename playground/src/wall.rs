@@ -133,7 +133,7 @@ pub fn render_wall(baselines: &str, baseline: &str, namespace: &str) -> WallView
     let wall = desired_wall(name, namespace, &spec);
     let mut documents = Vec::new();
     for policy in &wall {
-        match serde_yaml::to_string(policy) {
+        match namespace_baseline_formats::yaml::to_string(policy) {
             Ok(yaml) => documents.push(yaml),
             Err(error) => {
                 view.errors.push(FieldError {

@@ -27,6 +27,9 @@ pub enum Command {
     /// from the cluster (read-only). Exit code 0: nothing to change; 2: changes pending;
     /// 1: error.
     Plan(PlanOptions),
+    /// Check that this binary, as built, contains a panicking reconcile (exit code 0), as
+    /// the image tests do.
+    SelfCheck,
 }
 
 /// `plan`: which baselines, against which state, printed how.

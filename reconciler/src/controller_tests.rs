@@ -20,6 +20,7 @@ use crate::fixtures::{
 };
 use crate::leader::LeaderGate;
 use crate::status::{self, Report};
+use namespace_baseline_core::plan::plan;
 
 const BASELINES: &str = "/apis/hedronite.io/v1alpha1/namespacebaselines";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
@@ -410,7 +411,7 @@ async fn a_namespace_that_stops_matching(#[case] policy: DeletionPolicy, #[case]
     ];
     let mut guarded = baseline("guarded", spec.clone());
     if policy == DeletionPolicy::Delete {
-        guarded.meta_mut().finalizers = Some(vec![FINALIZER.into()]);
+        guarded.meta_mut().finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
     }
     let harness = Harness::new(
         namespaces,
@@ -476,7 +477,7 @@ async fn policies_without_the_managed_labels_are_never_touched() {
     }
     let namespaces = vec![namespace("team-b", &[("baseline", "open")])];
     let mut guarded = baseline("guarded", spec);
-    guarded.meta_mut().finalizers = Some(vec![FINALIZER.into()]);
+    guarded.meta_mut().finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
     let harness = Harness::new(namespaces, foreign, Box::new(healthy));
     run(&harness, converged(guarded, 0)).await.unwrap();
     assert!(harness.requests().await.is_empty());
@@ -523,11 +524,11 @@ async fn delete_policy_adds_the_finalizer_and_orphan_removes_it() {
     assert_eq!(requests[0].content_type, "application/merge-patch+json");
     assert_eq!(
         requests[0].body,
-        json!({"metadata": {"finalizers": [FINALIZER], "resourceVersion": "100"}})
+        json!({"metadata": {"finalizers": [CLEANUP_FINALIZER], "resourceVersion": "100"}})
     );
 
     let mut orphan = baseline("guarded", seed());
-    orphan.meta_mut().finalizers = Some(vec!["other/keep".into(), FINALIZER.into()]);
+    orphan.meta_mut().finalizers = Some(vec!["other/keep".into(), CLEANUP_FINALIZER.into()]);
     let harness = Harness::new(guarded_namespaces(), wall, Box::new(healthy));
     run(&harness, converged(orphan, 2)).await.unwrap();
     let requests = harness.requests().await;
@@ -545,7 +546,7 @@ async fn deleting_a_delete_baseline_removes_its_wall_then_the_finalizer() {
         ..seed()
     };
     let mut guarded = baseline("guarded", spec.clone());
-    guarded.meta_mut().finalizers = Some(vec![FINALIZER.into()]);
+    guarded.meta_mut().finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
     guarded.meta_mut().deletion_timestamp = Some(Time(Timestamp::now()));
     let mut policies = full_wall(&spec, &["team-a", "team-b"]);
     policies.extend(stored_wall("other-baseline", "team-a", &spec));
@@ -583,13 +584,59 @@ async fn a_replica_without_the_lease_writes_nothing() {
         guarded_namespaces(),
         vec![],
         Box::new(healthy),
-        LeaderGate::elected(Duration::from_secs(10)),
+        LeaderGate::elected(crate::leader::Timing::DEFAULT),
     );
     let error = run(&harness, baseline("guarded", seed()))
         .await
         .unwrap_err();
     assert!(matches!(error, Error::NotLeader), "{error:?}");
     assert_eq!(error.class(), ErrorClass::Transient);
+    assert!(harness.requests().await.is_empty());
+}
+
+/// A holder whose last lease renewal failed writes nothing until a renewal succeeds: the
+/// reconcile waits at the gate and goes on once it reopens.
+#[tokio::test]
+async fn a_leader_in_doubt_holds_its_writes_until_a_renewal_succeeds() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let gate = LeaderGate::elected(crate::leader::Timing::DEFAULT);
+    gate.renewed(tokio::time::Instant::now());
+    gate.doubt();
+    let renewed = Arc::new(AtomicBool::new(false));
+    let seen = renewed.clone();
+    let responder = Box::new(move |request: &crate::fixtures::Recorded| {
+        assert!(
+            seen.load(Ordering::SeqCst),
+            "a write went out in doubt: {} {}",
+            request.method,
+            request.path
+        );
+        healthy(request)
+    });
+    let harness = Harness::with_gate(guarded_namespaces(), vec![], responder, gate);
+    let state = harness.state.clone();
+    let renewal = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        renewed.store(true, Ordering::SeqCst);
+        state.leader.renewed(tokio::time::Instant::now());
+    });
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    renewal.await.unwrap();
+    let writes = harness.requests().await;
+    assert!(writes.iter().any(|r| r.method == "PATCH"), "{writes:?}");
+}
+
+/// ... and fails as `NotLeader`, writing nothing, when no renewal comes.
+#[tokio::test(start_paused = true)]
+async fn a_leader_in_doubt_that_is_not_renewed_writes_nothing() {
+    let gate = LeaderGate::elected(crate::leader::Timing::DEFAULT);
+    gate.renewed(tokio::time::Instant::now());
+    gate.doubt();
+    let harness = Harness::with_gate(guarded_namespaces(), vec![], Box::new(healthy), gate);
+    let error = run(&harness, baseline("guarded", seed()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::NotLeader), "{error:?}");
     assert!(harness.requests().await.is_empty());
 }
 
@@ -602,7 +649,7 @@ fn terminating_namespaces_are_neither_counted_nor_written() {
         Arc::new(leaving),
     ];
     let selector = seed().validate().unwrap();
-    let plan = plan("guarded", &seed(), &selector, &namespaces, &[]);
+    let plan = plan("guarded", &seed(), &selector, &namespaces, &[] as &[Arc<NetworkPolicy>]);
     assert_eq!(plan.namespaces, 1);
     assert_eq!(plan.writes.len(), 1);
     assert_eq!(plan.writes[0].0, "team-a");
@@ -777,7 +824,7 @@ fn only_spec_finalizers_deletion_and_identity_trigger_a_baseline_reconcile() {
     let mut respecified = original.clone();
     respecified.metadata.generation = Some(2);
     let mut finalized = original.clone();
-    finalized.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+    finalized.metadata.finalizers = Some(vec![CLEANUP_FINALIZER.to_owned()]);
     let mut deleted = original.clone();
     deleted.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     let mut recreated = original.clone();

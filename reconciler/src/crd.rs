@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 
 /// The CRD as YAML, as committed in `deploy/crd.yaml`.
 pub fn yaml() -> Result<String> {
-    serde_yaml::to_string(&NamespaceBaseline::crd()).map_err(Error::Yaml)
+    yaml_serde::to_string(&NamespaceBaseline::crd()).map_err(Error::Yaml)
 }
 
 #[cfg(test)]

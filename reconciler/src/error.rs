@@ -66,9 +66,10 @@ pub enum Error {
     #[error("connecting to the Kubernetes API")]
     Client(#[source] Box<kube::Error>),
 
-    /// The lease manager's task ended while we still listened to it.
-    #[error("the leader election lease manager stopped")]
-    LeaseManagerStopped,
+    /// A reconcile panicked (a bug): contained, reported and retried like a transient
+    /// failure; the process and the other reconciles go on.
+    #[error("the reconcile panicked: {0}")]
+    Panicked(String),
 
     /// The HTTP server (health and metrics) failed.
     #[error("serving HTTP on {address}")]
@@ -80,7 +81,7 @@ pub enum Error {
 
     /// Rendering the CRD as YAML failed.
     #[error("rendering the CRD")]
-    Yaml(#[source] serde_yaml::Error),
+    Yaml(#[source] yaml_serde::Error),
 
     /// Installing the logging subscriber failed.
     #[error("setting up logging: {0}")]
@@ -125,7 +126,7 @@ impl Error {
             | Self::Client(source) => classify_kube(source),
             Self::CachesNotSynced
             | Self::NotLeader
-            | Self::LeaseManagerStopped
+            | Self::Panicked(_)
             | Self::Http { .. }
             | Self::Telemetry(_) => ErrorClass::Transient,
         }
@@ -151,7 +152,7 @@ impl Error {
             Self::CachesNotSynced => "CachesNotSynced",
             Self::NotLeader => "NotLeader",
             Self::MissingField { .. } => "MalformedObject",
-            Self::LeaseManagerStopped => "LeaderElection",
+            Self::Panicked(_) => "Panicked",
             Self::Http { .. } => "HttpServer",
             Self::Yaml(_) => "CrdRendering",
             Self::Telemetry(_) => "Telemetry",

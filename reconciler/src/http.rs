@@ -89,11 +89,10 @@ async fn metrics(Shared(state): Shared<Arc<State>>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::leader::LeaderGate;
+    use crate::leader::{LeaderGate, Timing};
     use axum::body::Body;
     use axum::http::Request;
     use http_body_util::BodyExt;
-    use std::time::Duration;
     use tower::ServiceExt;
 
     async fn get(state: &Arc<State>, path: &str) -> (StatusCode, String) {
@@ -108,16 +107,14 @@ mod tests {
 
     #[tokio::test]
     async fn health_readiness_and_metrics() {
-        let state = Arc::new(State::new(Arc::new(LeaderGate::elected(
-            Duration::from_secs(10),
-        ))));
+        let state = Arc::new(State::new(Arc::new(LeaderGate::elected(Timing::DEFAULT))));
         state.health.beat();
         assert_eq!(get(&state, "/healthz").await.0, StatusCode::OK);
         assert_eq!(
             get(&state, "/readyz").await.0,
             StatusCode::SERVICE_UNAVAILABLE
         );
-        state.leader.set_elected(false);
+        state.leader.stand_by();
         assert_eq!(
             get(&state, "/readyz").await,
             (StatusCode::OK, "ready (standby)\n".into())

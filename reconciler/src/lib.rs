@@ -3,6 +3,7 @@
 //! baseline's status. Every decision about the wall comes from `namespace-baseline-core`;
 //! this crate translates between the core and the Kubernetes API.
 
+pub mod caches;
 pub mod cli;
 pub mod controller;
 pub mod crd;
@@ -10,6 +11,7 @@ pub mod error;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod panics;
 pub mod plan;
 pub mod retry;
 pub mod run;
@@ -17,6 +19,7 @@ pub mod state;
 pub mod status;
 pub mod telemetry;
 pub mod triggers;
+pub mod writes;
 
 #[cfg(test)]
 mod deploy_tests;
@@ -42,5 +45,9 @@ pub async fn main(cli: Cli) -> Result<ExitCode> {
             run::run(cli.run).await.map(|()| ExitCode::SUCCESS)
         }
         Command::Plan(options) => plan::main(&options).await,
+        Command::SelfCheck => {
+            println!("{}", panics::self_check().await?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! `plan`: what the reconciler would write, without writing.
 //!
-//! The decision is the reconcile's own, [`controller::decide`] (which asks the core for the
-//! wall, the drift and the changes); this module only gathers the state it decides from
+//! The decision is the reconcile's own, the core's [`decide`] (the wall, the drift and the
+//! changes); this module only gathers the state it decides from
 //! (manifests offline, or the cluster read-only), describes the decision and prints it.
 //! Exit codes: [`EXIT_NO_CHANGES`], [`EXIT_PENDING`], and 1 on any error.
 
@@ -25,7 +25,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cli::{OutputFormat, PlanOptions};
-use crate::controller::{self, Decision, NamespacePlan};
+use namespace_baseline_core::plan::{Baseline, Decision, NamespacePlan, decide};
+
+use crate::controller;
 use crate::error::{Error, Result};
 
 /// Nothing would change.
@@ -58,7 +60,7 @@ pub enum PlanError {
     Yaml {
         origin: String,
         #[source]
-        source: serde_yaml::Error,
+        source: yaml_serde::Error,
     },
     #[error("{origin}: not valid JSON")]
     Json {
@@ -452,7 +454,7 @@ fn read_file(path: &Path, documents: &mut Vec<Document>) -> Result<(), PlanError
             push_document(documents, origin(index), value)?;
         }
     } else {
-        for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        for (index, document) in yaml_serde::Deserializer::from_str(&text).enumerate() {
             let value = Value::deserialize(document).map_err(|source| PlanError::Yaml {
                 origin: origin(index),
                 source,
@@ -565,7 +567,7 @@ fn typed<K: DeserializeOwned>(
     })
 }
 
-/// The plan: for each baseline, the reconcile's decision ([`controller::decide`]) over
+/// The plan: for each baseline, the reconcile's decision ([`decide`]) over
 /// `state`, described.
 pub fn plan(state: &State) -> Report {
     let baselines: Vec<BaselineReport> = state
@@ -613,7 +615,7 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, state: &State) -> Baseli
         drift: Vec::new(),
         orphaned: Vec::new(),
     };
-    match controller::decide(baseline, &state.namespaces, &state.policies) {
+    match decide(Baseline::from(baseline), &state.namespaces, &state.policies) {
         Decision::CleanUp(mut writes) => {
             writes.sort_by(|a, b| a.0.cmp(&b.0));
             for (_, changes) in writes {

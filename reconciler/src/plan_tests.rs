@@ -188,7 +188,7 @@ fn the_plan_is_the_reconciles_decision() {
     let report = plan(&state);
     for (_, object) in &state.baselines {
         let selector = object.spec.validate().unwrap();
-        let reconcile = controller::plan(
+        let reconcile = namespace_baseline_core::plan::plan(
             &object.name_any(),
             &object.spec,
             &selector,

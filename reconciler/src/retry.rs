@@ -193,16 +193,6 @@ mod tests {
     }
 
     #[test]
-    fn the_merged_trigger_stream_never_pauses_nor_ends() {
-        assert!(
-            NoTriggerBackoff
-                .take(100)
-                .all(|delay| delay == Duration::ZERO)
-        );
-        assert_eq!(NoTriggerBackoff.nth(1_000_000), Some(Duration::ZERO));
-    }
-
-    #[test]
     fn attempts_are_counted_per_object_and_reset_by_success() {
         let retries = retries();
         let first = retries.failed("a");

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ::http::HeaderValue;
+use ::http::header::USER_AGENT;
 use kube::Client;
-use kube::client::ClientBuilder;
-use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
@@ -14,12 +14,10 @@ use crate::cli::RunOptions;
 use crate::controller::{self, Settings};
 use crate::error::{Error, Result};
 use crate::http;
-use crate::leader::{
-    LEASE_DURATION_SECONDS, LEASE_GRACE_SECONDS, LeaderGate, RenewalObserver, identity,
-};
+use crate::leader::{Elector, KubeLeases, LeaderGate, Timing, identity};
 use crate::state::State;
 
-/// How often leadership (the renewal fence) is checked, and the heartbeat given.
+/// How often the main loop gives its heartbeat and looks at the gate.
 const LEADERSHIP_CHECK: Duration = Duration::from_millis(500);
 /// How long in-flight reconciles may take to finish on shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
@@ -34,17 +32,29 @@ pub async fn config() -> Result<kube::Config> {
         .map_err(|error| Error::Client(Box::new(kube::Error::InferConfig(error))))
 }
 
+/// `namespace-baseline-reconciler/<version> (<identity>)`: every replica runs as the same
+/// ServiceAccount, so the User-Agent is what tells them apart in the API server's audit log.
+fn user_agent(identity: &str) -> Option<HeaderValue> {
+    let printable: String = identity
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect();
+    HeaderValue::from_str(&format!(
+        "namespace-baseline-reconciler/{} ({printable})",
+        env!("CARGO_PKG_VERSION")
+    ))
+    .ok()
+}
+
 pub async fn run(options: RunOptions) -> Result<()> {
-    let config = config().await?;
-    let client =
-        Client::try_from(config.clone()).map_err(|error| Error::Client(Box::new(error)))?;
+    let mut config = config().await?;
     let identity = identity(options.identity.clone());
-    let lease_duration = Duration::from_secs(LEASE_DURATION_SECONDS);
+    if let Some(agent) = user_agent(&identity) {
+        config.headers.push((USER_AGENT, agent));
+    }
+    let client = Client::try_from(config).map_err(|error| Error::Client(Box::new(error)))?;
     let gate = Arc::new(if options.leader_election {
-        LeaderGate::elected(LeaderGate::validity_for(
-            lease_duration,
-            Duration::from_secs(LEASE_GRACE_SECONDS),
-        ))
+        LeaderGate::elected(Timing::DEFAULT)
     } else {
         LeaderGate::always()
     });
@@ -55,19 +65,24 @@ pub async fn run(options: RunOptions) -> Result<()> {
     let listener = http::bind(options.listen).await?;
     let server = tokio::spawn(http::serve(listener, state.clone(), wait(shutdown.clone())));
 
-    let mut lease = if options.leader_election {
-        let lease_client = ClientBuilder::try_from(config)
-            .map_err(|error| Error::Client(Box::new(error)))?
-            .with_layer(&RenewalObserver::new(
-                &options.lease_namespace,
-                &options.lease_name,
-                gate.clone(),
-            ))
-            .build();
-        match Lease::start(lease_client, &options, &identity, &state, shutdown.clone()).await {
-            Some(lease) => Some(lease),
-            None => return finish(server, None).await,
-        }
+    let election = if options.leader_election {
+        let leases = KubeLeases::new(
+            client.clone(),
+            &options.lease_namespace,
+            &options.lease_name,
+        );
+        let elector = Elector::new(leases, identity.clone(), Timing::DEFAULT, gate.clone());
+        let (stop, stopped) = oneshot::channel();
+        info!(
+            lease = %options.lease_name,
+            namespace = %options.lease_namespace,
+            %identity,
+            "leader election started"
+        );
+        Some(Election {
+            stop,
+            task: tokio::spawn(elector.run(stopped)),
+        })
     } else {
         info!("leader election off: this replica reconciles alone");
         None
@@ -77,36 +92,29 @@ pub async fn run(options: RunOptions) -> Result<()> {
         concurrency: usize::from(options.concurrency),
         resync: options.resync_interval,
     };
-    let result = lead_while_elected(
-        client,
-        settings,
-        &state,
-        &identity,
-        lease.as_mut(),
-        shutdown,
-    )
-    .await;
-    let finished = finish(server, lease).await;
+    let result = lead_while_elected(client, settings, &state, &identity, shutdown).await;
+    let finished = finish(server, election).await;
     result.and(finished)
 }
 
-/// Runs the controller during each leadership term until shutdown.
+/// Runs the controller during each term of this replica as the Lease holder, until shutdown.
+/// The gate decides every write within a term; the term ends when the Lease is lost.
 async fn lead_while_elected(
     client: Client,
     settings: Settings,
     state: &Arc<State>,
     identity: &str,
-    mut lease: Option<&mut Lease>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<()> {
     let mut ticker = tokio::time::interval(LEADERSHIP_CHECK);
+    let mut changes = state.leader.subscribe();
     loop {
         if *shutdown.borrow() {
             return Ok(());
         }
-        if !state.leader.is_leading() {
+        if !state.leader.holding() {
             tokio::select! {
-                changed = lease_changed(lease.as_deref_mut()) => changed?,
+                _ = changes.changed() => {}
                 _ = ticker.tick() => state.health.beat(),
                 _ = shutdown.changed() => return Ok(()),
             }
@@ -115,7 +123,7 @@ async fn lead_while_elected(
 
         info!(%identity, "leading: starting the controller");
         state.metrics.set_leader(true);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (stop, stopped) = oneshot::channel::<()>();
         let term = controller::run(
             client.clone(),
             settings.clone(),
@@ -129,26 +137,19 @@ async fn lead_while_elected(
         let end = loop {
             tokio::select! {
                 () = &mut term => break Term::Ended,
-                _ = ticker.tick() => {
-                    state.health.beat();
-                    if !state.leader.is_leading() {
-                        break Term::Lost;
-                    }
-                }
-                changed = lease_changed(lease.as_deref_mut()) => {
-                    changed?;
-                    if !state.leader.is_leading() {
-                        break Term::Lost;
-                    }
-                }
+                _ = ticker.tick() => state.health.beat(),
+                _ = changes.changed() => {}
                 _ = shutdown.changed() => break Term::Shutdown,
+            }
+            if !state.leader.holding() {
+                break Term::Lost;
             }
         };
         match end {
             Term::Lost => {
                 // Dropping the controller aborts its reconciles; the gate already refuses
                 // their writes.
-                warn!("lost the lease: stopped writing");
+                warn!("lost the lease: stopped the controller");
             }
             Term::Shutdown => {
                 info!("shutting down: letting running reconciles finish");
@@ -176,99 +177,27 @@ enum Term {
     Shutdown,
 }
 
-/// Waits for the lease manager's next word and passes it to the gate; pends forever
-/// without leader election.
-async fn lease_changed(lease: Option<&mut Lease>) -> Result<()> {
-    let Some(lease) = lease else {
-        return futures::future::pending().await;
-    };
-    lease
-        .leading
-        .changed()
-        .await
-        .map_err(|_| Error::LeaseManagerStopped)?;
-    let leading = *lease.leading.borrow_and_update();
-    lease.gate.set_elected(leading);
-    info!(leading, "leadership changed");
-    Ok(())
+/// The elector's task, and how to tell it to release the Lease and end.
+struct Election {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
 }
 
-/// The lease manager's task and its channel.
-struct Lease {
-    leading: watch::Receiver<bool>,
-    task: JoinHandle<kube_lease_manager::Result<LeaseManager>>,
-    gate: Arc<LeaderGate>,
-}
-
-impl Lease {
-    /// Sets up the lease manager, retrying until the API answers. `None` on shutdown.
-    async fn start(
-        client: Client,
-        options: &RunOptions,
-        identity: &str,
-        state: &Arc<State>,
-        mut shutdown: watch::Receiver<bool>,
-    ) -> Option<Self> {
-        let mut delay = Duration::from_secs(1);
-        loop {
-            let built = LeaseManagerBuilder::new(client.clone(), &options.lease_name)
-                .with_namespace(&options.lease_namespace)
-                .with_identity(identity)
-                .with_field_manager(format!("namespace-baseline-lease-{identity}"))
-                .with_duration(LEASE_DURATION_SECONDS)
-                .with_grace(LEASE_GRACE_SECONDS)
-                .build()
-                .await;
-            match built {
-                Ok(manager) => {
-                    let (leading, task) = manager.watch().await;
-                    state.leader.set_known();
-                    info!(
-                        lease = %options.lease_name,
-                        namespace = %options.lease_namespace,
-                        %identity,
-                        "leader election started: standing by until elected"
-                    );
-                    return Some(Self {
-                        leading,
-                        task,
-                        gate: state.leader.clone(),
-                    });
-                }
-                Err(error) => {
-                    warn!(%error, retry_in = ?delay, "cannot set up the leader election lease");
-                    state.health.beat();
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        _ = shutdown.changed() => return None,
-                    }
-                    delay = (delay * 2).min(Duration::from_secs(30));
-                }
-            }
-        }
-    }
-
-    /// Closes the channel: the lease manager releases the lease and ends.
+impl Election {
     async fn release(self) {
-        let Self {
-            leading,
-            task,
-            gate,
-        } = self;
-        gate.set_elected(false);
-        drop(leading);
+        let Self { stop, task } = self;
+        let _ = stop.send(());
         match tokio::time::timeout(RELEASE_TIMEOUT, task).await {
-            Ok(Ok(Ok(_))) => info!("lease released"),
-            Ok(Ok(Err(error))) => warn!(%error, "releasing the lease failed"),
-            Ok(Err(error)) => warn!(%error, "the lease manager task failed"),
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => warn!(%error, "the leader election task failed"),
             Err(_) => warn!("releasing the lease timed out"),
         }
     }
 }
 
-async fn finish(server: JoinHandle<Result<()>>, lease: Option<Lease>) -> Result<()> {
-    if let Some(lease) = lease {
-        lease.release().await;
+async fn finish(server: JoinHandle<Result<()>>, election: Option<Election>) -> Result<()> {
+    if let Some(election) = election {
+        election.release().await;
     }
     match server.await {
         Ok(result) => result,

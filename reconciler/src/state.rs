@@ -82,6 +82,7 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::leader::Timing;
 
     #[tokio::test(start_paused = true)]
     async fn liveness_follows_the_heartbeat() {
@@ -96,9 +97,9 @@ mod tests {
 
     #[test]
     fn readiness_needs_known_leadership_and_synced_caches_when_leading() {
-        let standby = State::new(Arc::new(LeaderGate::elected(Duration::from_secs(10))));
+        let standby = State::new(Arc::new(LeaderGate::elected(Timing::DEFAULT)));
         assert!(!standby.is_ready(), "leadership unknown");
-        standby.leader.set_elected(false);
+        standby.leader.stand_by();
         assert!(standby.is_ready(), "a known standby is ready");
 
         let single = State::new(Arc::new(LeaderGate::always()));

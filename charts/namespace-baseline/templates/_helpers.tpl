@@ -26,6 +26,15 @@ app.kubernetes.io/name: {{ .Values.reconciler.name }}
 {{ .Values.admissionPolicy.settings.reconcilerUsername | default (printf "system:serviceaccount:%s:%s" .Values.namespace.name .Values.reconciler.name) }}
 {{- end }}
 
+{{/* repository@digest when a digest is given (pinned), else repository:tag. */}}
 {{- define "nsb.image" -}}
-{{ .Values.reconciler.image.repository }}:{{ .Values.reconciler.image.tag | default .Chart.AppVersion }}
+{{- $image := .Values.reconciler.image -}}
+{{- if $image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" $image.digest) -}}
+{{- fail (printf "reconciler.image.digest %q is not sha256:<64 hex digits>" $image.digest) -}}
+{{- end -}}
+{{ $image.repository }}@{{ $image.digest }}
+{{- else -}}
+{{ $image.repository }}:{{ $image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end }}

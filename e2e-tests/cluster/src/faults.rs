@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-pub use fault_proxy::{Fault, FaultProxy, Report, Upstream};
+pub use fault_proxy::{Fault, FaultProxy, ProxyCa, Report, Upstream};
 
 use crate::{AuditEvent, Cluster, Endpoint, repo_root};
 
@@ -105,7 +105,18 @@ pub fn restartable_state_dir() -> Option<PathBuf> {
 /// Runs `e2e-tests/control-plane/restart-apiserver.sh` on `state_dir` (same port and flags,
 /// etcd untouched) without blocking the test's runtime; returns how long it took.
 pub async fn restart_apiserver(state_dir: PathBuf) -> Result<Duration> {
-    let script = repo_root().join("e2e-tests/control-plane/restart-apiserver.sh");
+    restart("restart-apiserver.sh", state_dir).await
+}
+
+/// Runs `e2e-tests/control-plane/restart-etcd.sh` on `state_dir` (same ports and data, the
+/// API server untouched, then ready again); returns how long it took.
+pub async fn restart_etcd(state_dir: PathBuf) -> Result<Duration> {
+    restart("restart-etcd.sh", state_dir).await
+}
+
+async fn restart(script: &str, state_dir: PathBuf) -> Result<Duration> {
+    let name = script.to_owned();
+    let script = repo_root().join("e2e-tests/control-plane").join(script);
     let started = Instant::now();
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(&script)
@@ -116,7 +127,7 @@ pub async fn restart_apiserver(state_dir: PathBuf) -> Result<Duration> {
     .await??;
     ensure!(
         output.status.success(),
-        "restart-apiserver.sh failed ({}): {}",
+        "{name} failed ({}): {}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );

@@ -9,16 +9,12 @@
 //! kills them when they go out of scope.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
-use std::future::Future;
 use std::io::{Read, Seek, SeekFrom};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use base64::Engine as _;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::authorization::v1::{
@@ -34,15 +30,21 @@ use kube::runtime::watcher;
 use kube::{Client, Config, ResourceExt};
 use namespace_baseline_core::identity::{self, RECONCILER_NAMESPACE, managed_selector};
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
-use namespace_baseline_demo::apply::wait_established;
-pub use namespace_baseline_demo::http_get;
-use namespace_baseline_demo::kubeconfig;
+use namespace_baseline_harness::apply::wait_established;
+use namespace_baseline_harness::kubeconfig;
+pub use namespace_baseline_harness::process::{Metrics, free_port};
+use namespace_baseline_harness::process::{ReconcilerProcess, Spawn};
+pub use namespace_baseline_harness::{http_get, wait_until};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use namespace_baseline_core::identity::{FIELD_MANAGER, deny_all_policy_name, dns_policy_name};
 
 pub mod faults;
+pub mod leadership;
+pub mod window;
+
+pub use window::Window;
 
 /// Where a client reaches the API server: its URL and certificate authority (PEM).
 #[derive(Debug, Clone)]
@@ -69,34 +71,6 @@ pub const SCENARIO_LABEL: &str = "e2e.hedronite.io/scenario";
 /// Repository root (the workspace), for `deploy/`.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Polls `check` every 50 ms until it yields `Some`, or fails after `timeout` with the last
-/// error seen. Returns the value and the time it took.
-pub async fn wait_until<T, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    mut check: F,
-) -> Result<(T, Duration)>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let started = Instant::now();
-    let mut last_error = None;
-    loop {
-        match check().await {
-            Ok(Some(value)) => return Ok((value, started.elapsed())),
-            Ok(None) => {}
-            Err(error) => last_error = Some(error),
-        }
-        if started.elapsed() >= timeout {
-            let detail =
-                last_error.map_or_else(String::new, |error| format!(" (last error: {error:#})"));
-            bail!("timed out after {timeout:?} waiting for {what}{detail}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A short identifier of this test run, so names never collide with earlier runs on the same
@@ -403,38 +377,20 @@ impl Cluster {
                     .await?
             }
         };
-        let port = free_port()?;
-        let log = self.work_dir.join(format!("reconciler-{instance}.log"));
-        let file = std::fs::File::create(&log)?;
-        let mut command = Command::new(&binary);
-        command
-            .arg("run")
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .args(args)
-            .env("KUBECONFIG", &kubeconfig)
-            .env("POD_NAME", instance)
-            .env("POD_NAMESPACE", RECONCILER_NAMESPACE)
-            .env(
-                "RUST_LOG",
-                std::env::var("NSB_RECONCILER_LOG").unwrap_or_else(|_| default_log.to_owned()),
-            )
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file);
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {}", Path::new(&binary).display()))?;
-        let reconciler = Reconciler {
-            child: Some(child),
-            instance: instance.to_owned(),
-            log,
-            port,
-            started: Instant::now(),
-        };
+        let rust_log =
+            std::env::var("NSB_RECONCILER_LOG").unwrap_or_else(|_| default_log.to_owned());
+        let reconciler = Reconciler(ReconcilerProcess::spawn(Spawn {
+            binary: Path::new(&binary),
+            kubeconfig: &kubeconfig,
+            instance,
+            args,
+            log: self.work_dir.join(format!("reconciler-{instance}.log")),
+            rust_log: &rust_log,
+        })?);
         eprintln!(
-            "started reconciler {instance} (pid {}, port {port}, log {})",
+            "started reconciler {instance} (pid {}, port {}, log {})",
             reconciler.pid(),
+            reconciler.port,
             reconciler.log.display()
         );
         Ok(reconciler)
@@ -448,21 +404,7 @@ async fn client_from(kubeconfig: Kubeconfig) -> Result<Client> {
 
 /// Every YAML document of a file, as JSON (empty documents skipped).
 pub fn read_yaml_documents(path: &Path) -> Result<Vec<Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut documents = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(&text) {
-        let value =
-            Value::deserialize(document).with_context(|| format!("parsing {}", path.display()))?;
-        if !value.is_null() {
-            documents.push(value);
-        }
-    }
-    Ok(documents)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(namespace_baseline_formats::yaml::read_documents(path)?)
 }
 
 /// One scenario's names: its baseline names, namespaces and label.
@@ -694,111 +636,28 @@ impl Drop for StatusLog {
 }
 
 /// A reconciler process; killed (SIGKILL) when dropped, its log printed if the test failed.
-pub struct Reconciler {
-    child: Option<Child>,
-    pub instance: String,
-    pub log: PathBuf,
-    pub port: u16,
-    pub started: Instant,
+pub struct Reconciler(ReconcilerProcess);
+
+/// The process's probes, logs and `kill` ([`ReconcilerProcess`]): `metric` errs on an absent
+/// series; `counter_or_zero` is for a labelled counter that may not have counted yet.
+impl std::ops::Deref for Reconciler {
+    type Target = ReconcilerProcess;
+
+    fn deref(&self) -> &ReconcilerProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reconciler {
+    fn deref_mut(&mut self) -> &mut ReconcilerProcess {
+        &mut self.0
+    }
 }
 
 impl Reconciler {
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    /// `Err` when the process has exited (with its log tail).
-    pub fn check_alive(&self) -> Result<()> {
-        // `try_wait` needs `&mut`; ask the kernel instead.
-        let alive = Path::new(&format!("/proc/{}", self.pid())).exists()
-            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
-                .is_ok_and(|stat| stat.split_whitespace().nth(2) == Some("Z"));
-        if alive {
-            Ok(())
-        } else {
-            Err(anyhow!(
-                "reconciler {} exited\n{}",
-                self.instance,
-                self.log_tail(40)
-            ))
-        }
-    }
-
-    pub fn http(&self, path: &str) -> Result<(u16, String)> {
-        http_get(self.port, path)
-    }
-
-    /// The value of a Prometheus metric line (exact name with labels), 0 when absent.
-    pub fn metric(&self, series: &str) -> Result<f64> {
-        let (code, body) = self.http("/metrics")?;
-        ensure!(code == 200, "/metrics answered {code}");
-        Ok(body
-            .lines()
-            .find_map(|line| {
-                let (name, value) = line.rsplit_once(' ')?;
-                (name == series).then(|| value.parse().ok()).flatten()
-            })
-            .unwrap_or(0.0))
-    }
-
-    /// SIGKILL, as a crash or an evicted pod.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
     /// SIGTERM, then waits up to 25 s for a clean exit; returns the exit status.
     pub async fn stop(&mut self) -> Result<std::process::ExitStatus> {
-        let mut child = self.child.take().context("already stopped")?;
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()?;
-        ensure!(status.success(), "kill -TERM failed");
-        let started = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            if started.elapsed() > Duration::from_secs(25) {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!(
-                    "reconciler {} did not exit within 25 s of SIGTERM",
-                    self.instance
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn log_tail(&self, lines: usize) -> String {
-        let text = self.log_text();
-        let all: Vec<&str> = text.lines().collect();
-        let start = all.len().saturating_sub(lines);
-        let mut out = format!(
-            "--- last {} lines of {} ---\n",
-            all.len() - start,
-            self.log.display()
-        );
-        for line in &all[start..] {
-            let _ = writeln!(out, "{line}");
-        }
-        out
-    }
-}
-
-impl Drop for Reconciler {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            eprintln!("reconciler {}:\n{}", self.instance, self.log_tail(200));
-        }
+        Ok(self.0.stop(Duration::from_secs(25)).await?.0)
     }
 }
 
@@ -829,6 +688,16 @@ pub struct AuditEvent {
     pub response_status: Option<ResponseStatus>,
     #[serde(rename = "requestURI", default)]
     pub request_uri: String,
+    /// When the API server received the request (microseconds, RFC 3339).
+    #[serde(default)]
+    pub request_received_timestamp: Option<String>,
+    /// When this stage (`ResponseComplete`: the answer was sent) was reached.
+    #[serde(default)]
+    pub stage_timestamp: Option<String>,
+    /// The response body, at audit level `RequestResponse` (the control plane logs Leases
+    /// so).
+    #[serde(default)]
+    pub response_object: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -918,6 +787,29 @@ impl Audit {
     /// stages). `None` only when the audit log is unavailable and `NSB_SKIP_AUDIT=1` says
     /// that is fine; otherwise a missing audit log fails the test.
     pub fn requests_since(&self, mark: AuditMark, username: &str) -> Option<Vec<AuditEvent>> {
+        self.requests_where(mark, |event| event.user.username == username)
+    }
+
+    /// Every request after `mark`, whoever made it (see [`Self::requests_since`]).
+    pub fn all_requests_since(&self, mark: AuditMark) -> Option<Vec<AuditEvent>> {
+        self.requests_where(mark, |_| true)
+    }
+
+    /// The requests logged between two marks (`to` excluded), one per audit ID.
+    pub fn requests_between(&self, from: AuditMark, to: AuditMark) -> Option<Vec<AuditEvent>> {
+        let lines = self.lines_since(from)?;
+        Some(one_per_request(
+            lines
+                .into_iter()
+                .filter(|(end, _)| *end <= to.0)
+                .map(|(_, event)| event),
+        ))
+    }
+
+    /// Every complete line after `mark` that reads as an event, with the offset of its end.
+    /// `None` only when the audit log is unavailable and `NSB_SKIP_AUDIT=1` says that is
+    /// fine; otherwise a missing audit log fails the test.
+    fn lines_since(&self, mark: AuditMark) -> Option<Vec<(u64, AuditEvent)>> {
         let Some(path) = self.path.as_ref().filter(|path| path.exists()) else {
             assert!(
                 self.skip,
@@ -934,36 +826,52 @@ impl Audit {
         let mut text = String::new();
         file.read_to_string(&mut text)
             .expect("reading the audit log");
-        let mut by_id: BTreeMap<String, AuditEvent> = BTreeMap::new();
-        let mut order = Vec::new();
+        let mut lines = Vec::new();
+        let mut offset = mark.0;
         // Only complete lines: the API server may be writing the last one.
-        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-        for line in complete.lines() {
-            let Ok(event) = serde_json::from_str::<AuditEvent>(line) else {
-                continue;
-            };
-            if event.user.username != username {
-                continue;
-            }
-            match by_id.get_mut(&event.audit_id) {
-                Some(existing) => {
-                    if event.stage == "ResponseComplete" {
-                        *existing = event;
-                    }
-                }
-                None => {
-                    order.push(event.audit_id.clone());
-                    by_id.insert(event.audit_id.clone(), event);
-                }
+        for line in text.split_inclusive('\n').filter(|line| line.ends_with('\n')) {
+            offset += line.len() as u64;
+            if let Ok(event) = serde_json::from_str::<AuditEvent>(line) {
+                lines.push((offset, event));
             }
         }
-        Some(
-            order
-                .into_iter()
-                .filter_map(|id| by_id.remove(&id))
-                .collect(),
-        )
+        Some(lines)
     }
+
+    fn requests_where(
+        &self,
+        mark: AuditMark,
+        keep: impl Fn(&AuditEvent) -> bool,
+    ) -> Option<Vec<AuditEvent>> {
+        let lines = self.lines_since(mark)?;
+        Some(one_per_request(
+            lines.into_iter().map(|(_, event)| event).filter(keep),
+        ))
+    }
+}
+
+/// One event per audit ID (a request logs a stage each), in the order they were first seen;
+/// the `ResponseComplete` stage when there is one.
+fn one_per_request(events: impl Iterator<Item = AuditEvent>) -> Vec<AuditEvent> {
+    let mut by_id: BTreeMap<String, AuditEvent> = BTreeMap::new();
+    let mut order = Vec::new();
+    for event in events {
+        match by_id.get_mut(&event.audit_id) {
+            Some(existing) => {
+                if event.stage == "ResponseComplete" {
+                    *existing = event;
+                }
+            }
+            None => {
+                order.push(event.audit_id.clone());
+                by_id.insert(event.audit_id.clone(), event);
+            }
+        }
+    }
+    order
+        .into_iter()
+        .filter_map(|id| by_id.remove(&id))
+        .collect()
 }
 
 /// The reconciler ServiceAccount's username.

@@ -407,8 +407,26 @@ struct Connection {
 pub struct FaultProxy {
     shared: Arc<Shared>,
     address: SocketAddr,
+    ca: ProxyCa,
     ca_pem: String,
     runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// The key of the proxy's CA. A proxy restarted with the same key (and port) is trusted by
+/// the kubeconfigs made for the first one: a client trusts a CA by its name and key, and the
+/// CA certificate is made from the same name and key every time.
+#[derive(Clone)]
+pub struct ProxyCa {
+    key_pem: String,
+}
+
+impl ProxyCa {
+    /// A new CA key.
+    pub fn generate() -> Result<Self> {
+        Ok(Self {
+            key_pem: rcgen::KeyPair::generate()?.serialize_pem(),
+        })
+    }
 }
 
 impl fmt::Debug for FaultProxy {
@@ -426,10 +444,21 @@ impl FaultProxy {
         Self::start_on(upstream, seed, SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
-    /// Starts a proxy on `listen`, faults off.
+    /// Starts a proxy on `listen`, faults off, with a new CA.
     pub fn start_on(upstream: Upstream, seed: u64, listen: SocketAddr) -> Result<Self> {
+        Self::start_with(upstream, seed, listen, ProxyCa::generate()?)
+    }
+
+    /// Starts a proxy on `listen`, faults off, with the CA `ca` (e.g. [`Self::ca`] of a
+    /// proxy stopped before, to restart it on its port).
+    pub fn start_with(
+        upstream: Upstream,
+        seed: u64,
+        listen: SocketAddr,
+        ca: ProxyCa,
+    ) -> Result<Self> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let (server_config, ca_pem) = server_tls(&provider, listen)?;
+        let (server_config, ca_pem) = server_tls(&provider, listen, &ca)?;
         let mut client_config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .context("TLS versions")?
@@ -442,8 +471,7 @@ impl FaultProxy {
             .enable_all()
             .build()
             .context("starting the proxy's runtime")?;
-        let listener =
-            std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
+        let listener = bind(listen)?;
         listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
         let (cut, _) = watch::channel(0);
@@ -472,6 +500,7 @@ impl FaultProxy {
         Ok(Self {
             shared,
             address,
+            ca,
             ca_pem,
             runtime: Some(runtime),
         })
@@ -490,6 +519,16 @@ impl FaultProxy {
     /// `certificate-authority-data` (base64 of this).
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
+    }
+
+    /// The CA's key, to start another proxy the same clients trust.
+    pub fn ca(&self) -> ProxyCa {
+        self.ca.clone()
+    }
+
+    /// The upstream this proxy forwards to.
+    pub fn upstream(&self) -> Upstream {
+        self.shared.upstream.clone()
     }
 
     /// Faults of every kind, each request hit with `probability` (0 turns them off), and
@@ -554,16 +593,33 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Binds `listen`; a port a stopped proxy just freed may take a moment to be released (its
+/// runtime shuts down in the background), so that is retried for up to 2 s.
+fn bind(listen: SocketAddr) -> Result<std::net::TcpListener> {
+    let mut attempts = 0;
+    loop {
+        match std::net::TcpListener::bind(listen) {
+            Ok(listener) => return Ok(listener),
+            Err(error) if error.kind() == std::io::ErrorKind::AddrInUse && attempts < 40 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(error) => return Err(error).with_context(|| format!("binding {listen}")),
+        }
+    }
+}
+
 /// The proxy's own CA and a serving certificate for the listening address, signed by it.
 fn server_tls(
     provider: &Arc<CryptoProvider>,
     listen: SocketAddr,
+    ca: &ProxyCa,
 ) -> Result<(rustls::ServerConfig, String)> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
         KeyPair, KeyUsagePurpose,
     };
-    let ca_key = KeyPair::generate()?;
+    let ca_key = KeyPair::from_pem(&ca.key_pem).context("the proxy CA's key")?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params
@@ -655,9 +711,7 @@ async fn handle(
             let lifetime = lock(&shared.settings).watch_lifetime;
             let after = lifetime.map(|(low, high)| shared.between(low, high));
             let response = forward(&shared, &connection, request).await?;
-            let cuts = shared.cut_watches.subscribe();
-            let counter = shared.clone();
-            Ok(response.map(move |body| WatchBody::new(body, after, cuts, counter).boxed()))
+            Ok(response.map(move |body| WatchBody::new(body, after, shared, false).boxed()))
         }
         None => forward(&shared, &connection, request).await,
         Some(Fault::TooManyRequests) => Ok(status_response(
@@ -687,7 +741,7 @@ async fn handle(
         Some(Fault::CutWatch) => {
             let after = shared.between(Duration::from_millis(200), Duration::from_secs(3));
             let response = forward(&shared, &connection, request).await?;
-            Ok(response.map(|body| CutBody::new(body, after).boxed()))
+            Ok(response.map(move |body| WatchBody::new(body, Some(after), shared, true).boxed()))
         }
         Some(Fault::GoneOnResume) => Ok(gone_event(
             shape.resource_version.as_deref().unwrap_or_default(),
@@ -818,13 +872,16 @@ fn gone_event(resource_version: &str) -> Response<ProxyBody> {
     response
 }
 
-/// A forwarded watch stream, cut mid-stream when [`FaultProxy::cut_watches`] is called or
-/// when its lifetime (if any) ends; each cut is counted as a [`Fault::CutWatch`].
+/// A watch's response body, cut mid-stream at the end of its lifetime or when `cut_watches`
+/// says so: it then fails, and hyper aborts the connection (no final chunk), which is what a
+/// client sees of a broken watch. Each cut is counted once as [`Fault::CutWatch`]; a stream
+/// whose cut was decided as a fault up front (`counted`) is not counted again.
 struct WatchBody {
     inner: ProxyBody,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     cuts: Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
     shared: Arc<Shared>,
+    counted: bool,
     cut: bool,
 }
 
@@ -832,9 +889,10 @@ impl WatchBody {
     fn new(
         inner: ProxyBody,
         lifetime: Option<Duration>,
-        mut cuts: watch::Receiver<u64>,
         shared: Arc<Shared>,
+        counted: bool,
     ) -> Self {
+        let mut cuts = shared.cut_watches.subscribe();
         cuts.borrow_and_update();
         Self {
             inner,
@@ -846,6 +904,7 @@ impl WatchBody {
                 }
             }),
             shared,
+            counted,
             cut: false,
         }
     }
@@ -869,40 +928,10 @@ impl Body for WatchBody {
             .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
         if expired || this.cuts.as_mut().poll(cx).is_ready() {
             this.cut = true;
-            this.shared
-                .record(|report| *report.faults.entry(Fault::CutWatch).or_insert(0) += 1);
-            return Poll::Ready(Some(Err("fault proxy: watch stream cut".into())));
-        }
-        Pin::new(&mut this.inner).poll_frame(cx)
-    }
-}
-
-/// A response body that fails after a deadline: hyper then aborts the connection mid-stream
-/// (no final chunk), which is what a client sees of a broken watch.
-struct CutBody {
-    inner: ProxyBody,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-}
-
-impl CutBody {
-    fn new(inner: ProxyBody, after: Duration) -> Self {
-        Self {
-            inner,
-            deadline: Box::pin(tokio::time::sleep(after)),
-        }
-    }
-}
-
-impl Body for CutBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.get_mut();
-        if this.deadline.as_mut().poll(cx).is_ready() {
+            if !this.counted {
+                this.shared
+                    .record(|report| *report.faults.entry(Fault::CutWatch).or_insert(0) += 1);
+            }
             return Poll::Ready(Some(Err("fault proxy: watch stream cut".into())));
         }
         Pin::new(&mut this.inner).poll_frame(cx)

@@ -10,7 +10,12 @@ use super::*;
 /// 100 ms (forever) to any `watch=true` request. Returns its URL and CA.
 async fn upstream() -> (String, String) {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let (config, ca) = server_tls(&provider, SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let (config, ca) = server_tls(
+        &provider,
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        &ProxyCa::generate().unwrap(),
+    )
+    .unwrap();
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
@@ -91,8 +96,13 @@ async fn proxy() -> FaultProxy {
 
 /// A client connection to the proxy, trusting its CA.
 async fn client(proxy: &FaultProxy) -> Result<SendRequest<Full<Bytes>>> {
+    client_trusting(proxy, proxy.ca_pem()).await
+}
+
+/// A client connection to the proxy, trusting the CA `ca_pem`.
+async fn client_trusting(proxy: &FaultProxy, ca_pem: &str) -> Result<SendRequest<Full<Bytes>>> {
     let mut roots = RootCertStore::empty();
-    for certificate in CertificateDer::pem_slice_iter(proxy.ca_pem().as_bytes()) {
+    for certificate in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(certificate?)?;
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -162,6 +172,26 @@ async fn without_faults_requests_are_forwarded_with_the_upstream_host() {
     let report = proxy.report();
     assert_eq!((report.requests, report.forwarded), (3, 3));
     assert_eq!(report.total_faults(), 0);
+}
+
+#[tokio::test]
+async fn a_proxy_restarted_with_its_ca_on_its_port_is_trusted_by_its_old_clients() {
+    let first = proxy().await;
+    let (address, ca, ca_pem, upstream) = (
+        first.address(),
+        first.ca(),
+        first.ca_pem().to_owned(),
+        first.upstream(),
+    );
+    drop(first);
+    let second = FaultProxy::start_with(upstream.clone(), 7, address, ca).unwrap();
+    let mut sender = client_trusting(&second, &ca_pem).await.unwrap();
+    let (status, _, _) = text(get(&mut sender, "/hello").await.unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(second);
+    // A proxy with a CA of its own is not.
+    let other = FaultProxy::start_on(upstream, 7, address).unwrap();
+    assert!(client_trusting(&other, &ca_pem).await.is_err());
 }
 
 #[tokio::test]

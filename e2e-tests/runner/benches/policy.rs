@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion};
 use namespace_baseline_core::admission::{BaselineSource, LiveBaseline};
 use namespace_baseline_e2e::{Cluster, PolicyHost};
+use namespace_baseline_formats::fixture::{self, Fixture};
 use serde_json::{Value, json};
 
 /// One request class: a fixture, and for the context-aware class the cluster's baselines.
@@ -53,10 +54,8 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn fixture(name: &str) -> Value {
-    let path = repo().join(format!("e2e-tests/fixtures/{name}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("fixture JSON")
+fn fixture(name: &str) -> Fixture {
+    fixture::load(&repo().join(fixture::DIR), name).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `count` baselines as the policy-server hands them over after the policy's field masks;
@@ -94,23 +93,21 @@ fn prepare(case: &Case) -> Prepared {
     let fixture = fixture(case.fixture);
     let items = match case.baselines {
         Some(count) => baselines(count),
-        None => fixture["baselines"].as_array().cloned().unwrap_or_default(),
+        None => fixture.baselines.clone(),
     };
     let list = json!({"apiVersion": "hedronite.io/v1alpha1", "kind": "NamespaceBaselineList", "metadata": {}, "items": items});
     Prepared {
         class: case.class,
         baselines: case.baselines,
         payload: serde_json::to_vec(
-            &json!({"settings": fixture["settings"], "request": fixture["request"]}),
+            &json!({"settings": fixture.settings, "request": fixture.request}),
         )
         .unwrap(),
-        settings: fixture["settings"].clone(),
-        request: fixture["request"].clone(),
+        settings: fixture.settings,
+        request: fixture.request,
         cluster: Cluster::with_baselines(items),
         native: NativeCluster(serde_json::to_vec(&list).unwrap()),
-        allowed: fixture["expect"]["allowed"]
-            .as_bool()
-            .expect("expect.allowed"),
+        allowed: fixture.expect.allowed.expect("expect.allowed"),
     }
 }
 

@@ -1,131 +1,20 @@
-//! The fixture format (`e2e-tests/fixtures/*.json`) and the checks applied to one fixture.
-//! See `e2e-tests/README.md`.
+//! The checks applied to one fixture in the waPC host. The fixture format and its reader are
+//! `namespace_baseline_formats::fixture` (re-exported here); see `e2e-tests/README.md`.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use serde::Serialize;
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+pub use namespace_baseline_formats::fixture::{Expect, Fixture, Unreadable, load_dir};
 
 use crate::{Cluster, Evaluation, HostCall, PolicyHost, SettingsResponse};
 
-/// One AdmissionReview case with its expected verdict.
-#[derive(Deserialize, Debug, Clone, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Fixture {
-    /// The file stem; not part of the JSON.
-    #[serde(skip)]
-    pub name: String,
-    pub description: String,
-    /// The policy settings, as in the ClusterAdmissionPolicy's `spec.settings`.
-    #[serde(default = "empty_object")]
-    pub settings: Value,
-    /// The NamespaceBaseline objects the host capabilities list.
-    #[serde(default)]
-    pub baselines: Vec<Value>,
-    /// When set, the Kubernetes host capabilities fail with this message.
-    #[serde(default)]
-    pub host_error: Option<String>,
-    /// The `request` of the AdmissionReview, as kube-apiserver sends it.
-    #[serde(default = "empty_object")]
-    pub request: Value,
-    pub expect: Expect,
-}
-
-#[derive(Deserialize, Debug, Clone, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Expect {
-    /// The verdict of `validate`; required unless `settingsValid` is false.
-    #[serde(default)]
-    pub allowed: Option<bool>,
-    /// A substring of the rejection (or settings) message. Without it an accepted request
-    /// must come back with no message.
-    #[serde(default)]
-    pub message_contains: Option<String>,
-    #[serde(default = "yes")]
-    pub settings_valid: bool,
-    /// How many host capability calls (logging excluded) `validate` must make.
-    #[serde(default)]
-    pub host_calls: Option<usize>,
-}
-
-fn empty_object() -> Value {
-    Value::Object(serde_json::Map::new())
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl Fixture {
-    pub fn parse(name: &str, text: &str) -> Result<Self, String> {
-        let mut fixture: Self = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        fixture.name = name.to_owned();
-        if fixture.expect.settings_valid && fixture.expect.allowed.is_none() {
-            return Err("expect.allowed is required unless expect.settingsValid is false".into());
-        }
-        Ok(fixture)
-    }
-
-    pub fn cluster(&self) -> Cluster {
-        Cluster {
-            baselines: self.baselines.clone(),
-            host_error: self.host_error.clone(),
+impl From<&Fixture> for Cluster {
+    /// What the host capabilities answer for this fixture.
+    fn from(fixture: &Fixture) -> Self {
+        Self {
+            baselines: fixture.baselines.clone(),
+            host_error: fixture.host_error.clone(),
         }
     }
-
-    /// Whether the settings turn on context-aware mode.
-    pub fn context_aware(&self) -> bool {
-        self.settings.get("contextAware") == Some(&Value::Bool(true))
-    }
-
-    /// What the table shows as expected.
-    pub fn expected(&self) -> String {
-        let verdict = if !self.expect.settings_valid {
-            "settings invalid"
-        } else if self.expect.allowed == Some(true) {
-            "allow"
-        } else {
-            "reject"
-        };
-        verdict.to_owned()
-    }
-}
-
-/// A fixture file that could not be read or parsed, kept as a failure of its own.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Unreadable {
-    pub name: String,
-    pub error: String,
-}
-
-/// The `*.json` files of `dir` whose stem contains `filter`, sorted by name.
-pub fn load_dir(
-    dir: &Path,
-    filter: Option<&str>,
-) -> std::io::Result<Vec<Result<Fixture, Unreadable>>> {
-    let mut paths: Vec<PathBuf> = fs::read_dir(dir)?
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-        .collect();
-    paths.sort();
-    Ok(paths
-        .into_iter()
-        .filter_map(|path| {
-            let name = path.file_stem()?.to_string_lossy().into_owned();
-            if filter.is_some_and(|filter| !name.contains(filter)) {
-                return None;
-            }
-            let loaded = fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|text| Fixture::parse(&name, &text))
-                .map_err(|error| Unreadable {
-                    name: name.clone(),
-                    error,
-                });
-            Some(loaded)
-        })
-        .collect())
 }
 
 /// The outcome of one fixture (`--report json` writes these as they are).
@@ -251,17 +140,17 @@ pub fn run(host: &mut PolicyHost, fixture: &Fixture) -> Report {
         return report;
     }
 
-    let validation = match host.validate_in(&fixture.settings, &fixture.request, &fixture.cluster())
-    {
-        Ok(validation) => validation,
-        Err(error) => {
-            report.got = "error".into();
-            report
-                .failures
-                .push(format!("validate: {}", describe_error(&error)));
-            return report;
-        }
-    };
+    let validation =
+        match host.validate_in(&fixture.settings, &fixture.request, &Cluster::from(fixture)) {
+            Ok(validation) => validation,
+            Err(error) => {
+                report.got = "error".into();
+                report
+                    .failures
+                    .push(format!("validate: {}", describe_error(&error)));
+                return report;
+            }
+        };
     let calls: Vec<&HostCall> = validation.capability_calls().collect();
     report.host_calls += calls.len();
     check_calls(&validation, "validate", &mut report.failures);
@@ -314,37 +203,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_a_full_fixture() {
+    fn a_fixture_sets_what_the_host_answers() {
         let fixture = Fixture::parse(
             "x",
-            r#"{"description": "d", "settings": {"contextAware": true}, "baselines": [{}],
-                "hostError": "boom", "request": {"uid": "1"},
-                "expect": {"allowed": false, "messageContains": "m", "hostCalls": 1}}"#,
+            r#"{"description": "d", "baselines": [{"kind": "NamespaceBaseline"}],
+                "hostError": "boom", "expect": {"allowed": false}}"#,
         )
         .expect("parses");
-        assert_eq!(fixture.name, "x");
-        assert!(fixture.context_aware());
-        assert!(fixture.expect.settings_valid);
-        assert_eq!(fixture.cluster().host_error.as_deref(), Some("boom"));
-        assert_eq!(fixture.expected(), "reject");
-    }
-
-    #[test]
-    fn settings_only_fixtures_need_no_verdict() {
-        let fixture = Fixture::parse(
-            "s",
-            r#"{"description": "d", "settings": {}, "expect": {"settingsValid": false}}"#,
-        )
-        .expect("parses");
-        assert_eq!(fixture.expected(), "settings invalid");
-    }
-
-    #[test]
-    fn a_verdict_is_required_otherwise_and_typos_are_refused() {
-        let missing = Fixture::parse("m", r#"{"description": "d", "expect": {}}"#);
-        assert!(missing.expect_err("refused").contains("expect.allowed"));
-        let typo = Fixture::parse("t", r#"{"description": "d", "expect": {"alowed": true}}"#);
-        assert!(typo.expect_err("refused").contains("unknown field"));
+        let cluster = Cluster::from(&fixture);
+        assert_eq!(cluster.host_error.as_deref(), Some("boom"));
+        assert_eq!(cluster.baselines, fixture.baselines);
     }
 
     #[test]

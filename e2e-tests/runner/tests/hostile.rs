@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use namespace_baseline_e2e::fixture::Fixture;
 use namespace_baseline_e2e::{Cluster, HostOptions, PolicyHost, VALIDATE, ValidationResponse};
+use namespace_baseline_formats::fixture;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use serde_json::{Map, Value, json};
@@ -110,13 +110,11 @@ fn bases() -> Vec<Base> {
     BASES
         .iter()
         .map(|name| {
-            let path = repo().join(format!("e2e-tests/fixtures/{name}.json"));
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let fixture = Fixture::parse(name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let fixture =
+                fixture::load(&repo().join(fixture::DIR), name).unwrap_or_else(|e| panic!("{e}"));
             Base {
                 name,
-                cluster: fixture.cluster(),
+                cluster: Cluster::from(&fixture),
                 allowed: fixture.expect.allowed.expect("a verdict"),
                 settings: fixture.settings,
                 request: fixture.request,

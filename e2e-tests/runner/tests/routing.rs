@@ -6,16 +6,15 @@
 
 use std::path::PathBuf;
 
-use namespace_baseline_e2e::fixture::Fixture;
+use namespace_baseline_formats::{fixture, yaml};
 use serde_json::Value;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn yaml(path: &str) -> Value {
-    let text = std::fs::read_to_string(repo().join(path)).expect(path);
-    serde_yaml::from_str(&text).expect(path)
+fn read_yaml(path: &str) -> Value {
+    yaml::read_document(&repo().join(path)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// What a webhook rule matches a request on.
@@ -67,8 +66,8 @@ fn matches(rules: &Value, target: &Target) -> bool {
 
 #[test]
 fn every_rejected_request_of_the_fixtures_reaches_the_policy() {
-    let metadata = yaml("metadata.yml");
-    let policy = yaml("deploy/admission-policy.yaml");
+    let metadata = read_yaml("metadata.yml");
+    let policy = read_yaml("deploy/admission-policy.yaml");
     let conditions: Vec<String> = policy["spec"]["matchConditions"]
         .as_array()
         .into_iter()
@@ -82,14 +81,11 @@ fn every_rejected_request_of_the_fixtures_reaches_the_policy() {
     );
     let mut checked = Vec::new();
     let mut missed = Vec::new();
-    let dir = repo().join("e2e-tests/fixtures");
-    for entry in std::fs::read_dir(&dir).expect("fixtures") {
-        let path = entry.expect("entry").path();
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        let fixture = Fixture::parse(&name, &std::fs::read_to_string(&path).unwrap()).expect(&name);
+    for fixture in fixture::load_all(&repo().join(fixture::DIR)).expect("the fixtures") {
         if fixture.expect.allowed != Some(false) {
             continue;
         }
+        let name = fixture.name.clone();
         let target = target(&fixture.request);
         for (file, rules) in [
             ("metadata.yml", &metadata["rules"]),

@@ -137,6 +137,14 @@ async fn s7_the_service_account_can_do_what_rbac_lists_and_no_more() {
             None,
             Some(RECONCILER_NAMESPACE),
         ),
+        // Every Lease write is a conditional update: patch is not needed.
+        (
+            "patch",
+            "coordination.k8s.io",
+            "leases",
+            None,
+            Some(RECONCILER_NAMESPACE),
+        ),
         ("create", "", "namespaces", None, None),
         ("delete", "", "namespaces", None, None),
         ("update", "", "namespaces", None, None),
@@ -317,18 +325,23 @@ async fn s7_the_service_account_can_do_what_rbac_lists_and_no_more() {
         .create(&PostParams::default(), &lease)
         .await
         .unwrap();
+    let mut created = own_leases
+        .get(&lease.metadata.name.clone().unwrap())
+        .await
+        .unwrap();
+    created.spec = Some(serde_json::from_value(json!({"holderIdentity": "e2e"})).unwrap());
     own_leases
-        .patch(
+        .replace(
             &lease.metadata.name.clone().unwrap(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"holderIdentity": "e2e"}})),
+            &PostParams::default(),
+            &created,
         )
         .await
         .unwrap();
     figure(
         "s7",
         format!(
-            "{granted} granted (verb, resource) pairs all allowed by SelfSubjectAccessReview; {} out-of-scope requests all denied; real calls: Secrets list, ConfigMap/Pod create, Lease in default, Namespace create -> 403; NetworkPolicy apply/get/delete and own-namespace Lease create/patch -> OK",
+            "{granted} granted (verb, resource) pairs all allowed by SelfSubjectAccessReview; {} out-of-scope requests all denied; real calls: Secrets list, ConfigMap/Pod create, Lease in default, Namespace create -> 403; NetworkPolicy apply/get/delete and own-namespace Lease create/update -> OK",
             refused.len()
         ),
     );

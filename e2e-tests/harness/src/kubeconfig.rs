@@ -10,6 +10,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::config::{Cluster, Kubeconfig};
 use namespace_baseline_core::identity::{RECONCILER_NAMESPACE, RECONCILER_SERVICE_ACCOUNT};
+use namespace_baseline_formats::yaml;
 use serde_json::{Value, json};
 
 /// The cluster (server, certificate authority) of a kubeconfig's current context.
@@ -66,6 +67,6 @@ pub async fn write_reconciler_kubeconfig(
             "cluster": "local", "user": RECONCILER_SERVICE_ACCOUNT, "namespace": RECONCILER_NAMESPACE}}],
         "current-context": "reconciler",
     });
-    std::fs::write(path, serde_yaml::to_string(&kubeconfig)?)
+    std::fs::write(path, yaml::to_string(&kubeconfig)?)
         .with_context(|| format!("writing {}", path.display()))
 }

@@ -1,9 +1,9 @@
 //! Server-side apply of any object, found through API discovery, as `kubectl apply
 //! --server-side` does it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, ValidationDirective};
@@ -12,6 +12,7 @@ use kube::discovery::{Scope, pinned_kind};
 use serde_json::Value;
 
 use crate::manifests::Key;
+use crate::wait_until;
 
 /// How a server-side apply changed the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,24 +59,13 @@ impl Applier {
             .rsplit_once('/')
             .unwrap_or(("", key.api_version.as_str()));
         let gvk = GroupVersionKind::gvk(group, version, &key.kind);
-        let started = Instant::now();
-        let (resource, capabilities) = loop {
-            match pinned_kind(&self.client, &gvk).await {
-                Ok(found) => break found,
-                Err(error) if started.elapsed() < Duration::from_secs(10) => {
-                    let _ = error;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(error) => {
-                    return Err(error).with_context(|| {
-                        format!(
-                            "the API server does not serve {} {}",
-                            key.api_version, key.kind
-                        )
-                    });
-                }
-            }
-        };
+        // A CRD applied just before may take a moment to be served.
+        let ((resource, capabilities), _) = wait_until(
+            &format!("the API server to serve {} {}", key.api_version, key.kind),
+            Duration::from_secs(10),
+            || async { Ok(Some(pinned_kind(&self.client, &gvk).await?)) },
+        )
+        .await?;
         let api = match capabilities.scope {
             Scope::Cluster => Api::all_with(self.client.clone(), &resource),
             Scope::Namespaced => Api::namespaced_with(
@@ -132,21 +122,20 @@ fn comparable(object: &DynamicObject) -> Value {
 /// Waits until a CRD is Established (its kind is served), at most 30 s.
 pub async fn wait_established(client: &Client, name: &str) -> Result<Duration> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let started = Instant::now();
-    loop {
-        let crd = api.get(name).await?;
-        let established = crd
-            .status
-            .and_then(|status| status.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return Ok(started.elapsed());
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            bail!("CustomResourceDefinition {name} not Established after 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ((), took) = wait_until(
+        &format!("CustomResourceDefinition {name} to be Established"),
+        Duration::from_secs(30),
+        || async {
+            let crd = api.get(name).await?;
+            let established = crd
+                .status
+                .and_then(|status| status.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(established.then_some(()))
+        },
+    )
+    .await?;
+    Ok(took)
 }

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use serde::Deserialize;
+use namespace_baseline_formats::yaml;
 use serde_json::Value;
 
 /// One object read from a file.
@@ -31,26 +31,24 @@ pub fn read(path: &Path) -> Result<Vec<Manifest>> {
 
 /// Every non-empty YAML document of `text`; `source` names it in messages.
 pub fn parse(text: &str, source: &Path) -> Result<Vec<Manifest>> {
-    let mut manifests = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(document)
-            .with_context(|| format!("{}: YAML document {}", source.display(), index + 1))?;
-        if value.is_null() {
-            continue;
-        }
-        if !value.is_object() {
-            bail!(
-                "{}: YAML document {} is not an object",
-                source.display(),
-                index + 1
-            );
-        }
-        manifests.push(Manifest {
-            source: source.to_owned(),
-            object: value,
-        });
-    }
-    Ok(manifests)
+    let documents = yaml::documents(text).with_context(|| format!("{}", source.display()))?;
+    documents
+        .into_iter()
+        .enumerate()
+        .map(|(index, object)| {
+            if !object.is_object() {
+                bail!(
+                    "{}: YAML document {} (of the non-empty ones) is not an object",
+                    source.display(),
+                    index + 1
+                );
+            }
+            Ok(Manifest {
+                source: source.to_owned(),
+                object,
+            })
+        })
+        .collect()
 }
 
 /// What identifies an object in a cluster.

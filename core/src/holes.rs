@@ -1,0 +1,332 @@
+//! Holes: what other NetworkPolicies open in a walled namespace.
+//!
+//! The wall is a default-deny policy, and NetworkPolicies are additive: any other policy in
+//! the namespace that allows traffic opens the wall for the pods it selects. Each such rule is
+//! a hole, classified by how far it opens: to the whole internet ([`Width::World`]), to every
+//! pod of the cluster ([`Width::Cluster`]), or to something narrower.
+
+use std::fmt;
+
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::Serialize;
+
+use crate::identity::claims_management;
+
+/// How far a rule opens the wall, widest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Width {
+    /// Any address: a rule without peers, or an ipBlock of `0.0.0.0/0` or `::/0` (whatever its
+    /// `except` list: the internet stays open).
+    World,
+    /// Every pod of every namespace: a `namespaceSelector: {}` peer without a narrower pod
+    /// selector.
+    Cluster,
+    /// Some namespaces (every pod in them).
+    Namespaces,
+    /// Some pods (of this namespace, or of some namespaces).
+    Pods,
+    /// Some addresses: an ipBlock narrower than the whole internet.
+    Addresses,
+}
+
+impl Width {
+    pub const ALL: [Self; 5] = [
+        Self::World,
+        Self::Cluster,
+        Self::Namespaces,
+        Self::Pods,
+        Self::Addresses,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::World => "World",
+            Self::Cluster => "Cluster",
+            Self::Namespaces => "Namespaces",
+            Self::Pods => "Pods",
+            Self::Addresses => "Addresses",
+        }
+    }
+
+    /// Whether a hole this wide undoes the wall (the `Sealed` condition, the policy's
+    /// `holes` setting): `World` and `Cluster`.
+    pub fn is_breach(self) -> bool {
+        matches!(self, Self::World | Self::Cluster)
+    }
+}
+
+impl fmt::Display for Width {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Direction {
+    Ingress,
+    Egress,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ingress => "Ingress",
+            Self::Egress => "Egress",
+        }
+    }
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One rule of one policy that opens the wall.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hole {
+    pub policy: String,
+    pub direction: Direction,
+    /// The rule's index in the policy's `ingress` or `egress` list.
+    pub rule: usize,
+    pub width: Width,
+    /// The rule names no port: every port is open.
+    pub all_ports: bool,
+}
+
+impl fmt::Display for Hole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "NetworkPolicy {} {} rule {} opens {} to {}",
+            self.policy,
+            self.direction.as_str().to_lowercase(),
+            self.rule,
+            if self.all_ports {
+                "every port"
+            } else {
+                "some ports"
+            },
+            match self.width {
+                Width::World => "the whole internet",
+                Width::Cluster => "every pod of the cluster",
+                Width::Namespaces => "some namespaces",
+                Width::Pods => "some pods",
+                Width::Addresses => "some addresses",
+            }
+        )
+    }
+}
+
+/// The holes a policy opens, unless it is one of the walls' own (managed) policies.
+pub fn holes(policy: &NetworkPolicy) -> Vec<Hole> {
+    let managed = policy
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(claims_management);
+    match (&policy.spec, managed) {
+        (Some(spec), false) => {
+            spec_holes(policy.metadata.name.as_deref().unwrap_or_default(), spec)
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The holes of a spec, named `policy`.
+pub fn spec_holes(policy: &str, spec: &NetworkPolicySpec) -> Vec<Hole> {
+    let (ingress_on, egress_on) = effective_types(spec);
+    let mut found = Vec::new();
+    if ingress_on {
+        for (index, rule) in spec.ingress.iter().flatten().enumerate() {
+            found.push(hole(
+                policy,
+                Direction::Ingress,
+                index,
+                rule.from.as_deref(),
+                rule.ports.as_deref(),
+            ));
+        }
+    }
+    if egress_on {
+        for (index, rule) in spec.egress.iter().flatten().enumerate() {
+            found.push(hole(
+                policy,
+                Direction::Egress,
+                index,
+                rule.to.as_deref(),
+                rule.ports.as_deref(),
+            ));
+        }
+    }
+    found
+}
+
+/// The directions a policy governs: `policyTypes` when given, else Ingress always and Egress
+/// when it has egress rules (the API server's own defaulting).
+fn effective_types(spec: &NetworkPolicySpec) -> (bool, bool) {
+    match &spec.policy_types {
+        Some(types) if !types.is_empty() => (
+            types.iter().any(|t| t == "Ingress"),
+            types.iter().any(|t| t == "Egress"),
+        ),
+        _ => (
+            true,
+            spec.egress.as_ref().is_some_and(|rules| !rules.is_empty()),
+        ),
+    }
+}
+
+fn hole(
+    policy: &str,
+    direction: Direction,
+    rule: usize,
+    peers: Option<&[NetworkPolicyPeer]>,
+    ports: Option<&[NetworkPolicyPort]>,
+) -> Hole {
+    let width = match peers {
+        // No peers (absent or empty): any source or destination.
+        None | Some([]) => Width::World,
+        Some(peers) => peers.iter().map(peer_width).min().unwrap_or(Width::World),
+    };
+    Hole {
+        policy: policy.to_owned(),
+        direction,
+        rule,
+        width,
+        all_ports: ports.is_none_or(<[NetworkPolicyPort]>::is_empty),
+    }
+}
+
+fn selects_everything(selector: &LabelSelector) -> bool {
+    selector
+        .match_labels
+        .as_ref()
+        .is_none_or(|labels| labels.is_empty())
+        && selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(|expressions| expressions.is_empty())
+}
+
+fn peer_width(peer: &NetworkPolicyPeer) -> Width {
+    if let Some(block) = &peer.ip_block {
+        return if is_everywhere(&block.cidr) {
+            Width::World
+        } else {
+            Width::Addresses
+        };
+    }
+    let pods_all = peer.pod_selector.as_ref().is_none_or(selects_everything);
+    match &peer.namespace_selector {
+        Some(namespaces) if selects_everything(namespaces) && pods_all => Width::Cluster,
+        Some(namespaces) if selects_everything(namespaces) => Width::Pods,
+        Some(_) if pods_all => Width::Namespaces,
+        Some(_) => Width::Pods,
+        // A pod selector alone: pods of this namespace.
+        None => Width::Pods,
+    }
+}
+
+/// `0.0.0.0/0` or `::/0`, however written (`::0/0`, `0:0::/0`...): a prefix length of 0.
+fn is_everywhere(cidr: &str) -> bool {
+    cidr.trim()
+        .rsplit_once('/')
+        .is_some_and(|(_, prefix)| prefix.trim().parse::<u8>() == Ok(0))
+}
+
+/// Holes counted by width, for status and metrics.
+pub fn count_by_width<'a>(holes: impl IntoIterator<Item = &'a Hole>) -> [(Width, u32); 5] {
+    let mut counts = Width::ALL.map(|width| (width, 0));
+    for hole in holes {
+        if let Some(entry) = counts.iter_mut().find(|(width, _)| *width == hole.width) {
+            entry.1 += 1;
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::json;
+
+    fn policy(spec: serde_json::Value) -> NetworkPolicy {
+        serde_json::from_value(json!({
+            "metadata": {"name": "team-policy", "namespace": "walled"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn widths(spec: serde_json::Value) -> Vec<(Direction, Width, bool)> {
+        holes(&policy(spec))
+            .into_iter()
+            .map(|hole| (hole.direction, hole.width, hole.all_ports))
+            .collect()
+    }
+
+    use Direction::{Egress, Ingress};
+    use Width::{Addresses, Cluster, Namespaces, Pods, World};
+
+    #[rstest]
+    #[case::ingress_from_anywhere(json!({"podSelector": {}, "ingress": [{}]}), vec![(Ingress, World, true)])]
+    #[case::empty_from_list(json!({"podSelector": {}, "ingress": [{"from": []}]}), vec![(Ingress, World, true)])]
+    #[case::every_namespace(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}), vec![(Ingress, Cluster, true)])]
+    #[case::every_namespace_every_pod(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}, "podSelector": {}}]}]}), vec![(Ingress, Cluster, true)])]
+    #[case::some_pods_of_every_namespace(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "probe"}}}]}]}), vec![(Ingress, Pods, true)])]
+    #[case::some_namespaces(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "a"}}}]}]}), vec![(Ingress, Namespaces, true)])]
+    #[case::narrow_pod_selector_is_no_hole_of_concern(json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}], "ports": [{"port": 8080}]}]}), vec![(Ingress, Pods, false)])]
+    #[case::internet_v4(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]}), vec![(Egress, World, true)])]
+    #[case::internet_v4_with_except(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}]}]}), vec![(Egress, World, true)])]
+    #[case::internet_v6(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "::/0"}}]}]}), vec![(Egress, World, true)])]
+    #[case::a_subnet(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "10.1.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 5432}]}]}), vec![(Egress, Addresses, false)])]
+    #[case::named_port(json!({"podSelector": {}, "ingress": [{"ports": [{"port": "http"}]}]}), vec![(Ingress, World, false)])]
+    #[case::port_range(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"ports": [{"port": 1, "endPort": 65535}]}]}), vec![(Egress, World, false)])]
+    #[case::widest_peer_decides(json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}, {"ipBlock": {"cidr": "0.0.0.0/0"}}]}]}), vec![(Ingress, World, true)])]
+    #[case::egress_rules_without_policy_types(json!({"podSelector": {}, "egress": [{}]}), vec![(Egress, World, true)])]
+    #[case::egress_rules_ignored_when_not_governed(json!({"podSelector": {}, "policyTypes": ["Ingress"], "egress": [{}]}), vec![])]
+    #[case::deny_only(json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}), vec![])]
+    fn rules_are_classified_by_how_far_they_open(
+        #[case] spec: serde_json::Value,
+        #[case] expected: Vec<(Direction, Width, bool)>,
+    ) {
+        assert_eq!(widths(spec), expected);
+    }
+
+    #[test]
+    fn the_walls_own_policies_are_no_holes() {
+        let mut door =
+            policy(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}));
+        door.metadata.labels = Some(crate::identity::managed_labels("guarded"));
+        assert!(holes(&door).is_empty());
+    }
+
+    #[test]
+    fn breaches_are_world_and_cluster() {
+        let breaches: Vec<Width> = Width::ALL.into_iter().filter(|w| w.is_breach()).collect();
+        assert_eq!(breaches, [World, Cluster]);
+    }
+
+    #[test]
+    fn holes_are_counted_by_width_and_described_for_people() {
+        let found = holes(&policy(json!({
+            "podSelector": {},
+            "ingress": [{}, {"from": [{"namespaceSelector": {}}]}],
+            "policyTypes": ["Ingress", "Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443}]}],
+        })));
+        let counts = count_by_width(&found);
+        assert_eq!(counts[0], (World, 2));
+        assert_eq!(counts[1], (Cluster, 1));
+        assert_eq!(
+            found[2].to_string(),
+            "NetworkPolicy team-policy egress rule 0 opens some ports to the whole internet"
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! What reconciling one NamespaceBaseline writes, decided from the cluster state alone: which
+//! namespaces it covers, the wall each needs, and the changes that get it there. Pure
+//! functions of the objects a reconciler caches: the reconciler acts on them, `plan` and the
+//! playground report them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::identity::{
+    BASELINE_LABEL, CLEANUP_FINALIZER, baseline_label_value, claims_management,
+    deny_all_policy_name, dns_policy_name,
+};
+use crate::selector::LabelSelector;
+use crate::spec::{DeletionPolicy, Mode, NamespaceBaselineSpec, SpecError};
+use crate::wall::{Change, desired_wall, plan_namespace};
+
+/// What a decision reads of a NamespaceBaseline object.
+#[derive(Debug, Clone, Copy)]
+pub struct Baseline<'a> {
+    pub name: &'a str,
+    pub spec: &'a NamespaceBaselineSpec,
+    /// It has a deletion timestamp.
+    pub deleting: bool,
+    /// Its finalizers include [`CLEANUP_FINALIZER`].
+    pub has_cleanup_finalizer: bool,
+}
+
+impl<'a> Baseline<'a> {
+    /// The facts of a baseline's `metadata` and `spec`.
+    pub fn of(metadata: &'a ObjectMeta, spec: &'a NamespaceBaselineSpec) -> Self {
+        Self {
+            name: metadata.name.as_deref().unwrap_or_default(),
+            spec,
+            deleting: metadata.deletion_timestamp.is_some(),
+            has_cleanup_finalizer: metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|finalizer| finalizer == CLEANUP_FINALIZER),
+        }
+    }
+}
+
+#[cfg(feature = "crd")]
+impl<'a> From<&'a crate::spec::NamespaceBaseline> for Baseline<'a> {
+    fn from(baseline: &'a crate::spec::NamespaceBaseline) -> Self {
+        Self::of(&baseline.metadata, &baseline.spec)
+    }
+}
+
+/// What a decision reads of a namespace: its name, labels and whether it is going away. The
+/// reconciler may cache whole Namespaces or only their metadata.
+pub trait NamespaceFacts {
+    fn metadata(&self) -> &ObjectMeta;
+
+    fn name(&self) -> &str {
+        self.metadata().name.as_deref().unwrap_or_default()
+    }
+
+    fn labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.metadata().labels.as_ref().unwrap_or(&EMPTY)
+    }
+
+    fn terminating(&self) -> bool {
+        self.metadata().deletion_timestamp.is_some()
+    }
+}
+
+impl NamespaceFacts for Namespace {
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+impl NamespaceFacts for ObjectMeta {
+    fn metadata(&self) -> &ObjectMeta {
+        self
+    }
+}
+
+impl<T: NamespaceFacts + ?Sized> NamespaceFacts for std::sync::Arc<T> {
+    fn metadata(&self) -> &ObjectMeta {
+        (**self).metadata()
+    }
+}
+
+/// The cleanup finalizer is on a baseline exactly while its deletion must remove its wall.
+pub fn wants_finalizer(spec: &NamespaceBaselineSpec) -> bool {
+    spec.deletion_policy == DeletionPolicy::Delete && spec.mode == Mode::Enforce
+}
+
+/// What one reconcile of a baseline does to NetworkPolicies.
+pub enum Decision<'a, N> {
+    /// The baseline is being deleted: these deletions (none under `Orphan`, or without the
+    /// cleanup finalizer), then the finalizer, if present, is released.
+    CleanUp(Vec<(String, Vec<Change>)>),
+    /// The spec cannot be acted on: nothing is written (`Ready=False`, `InvalidSpec`).
+    Invalid(SpecError),
+    /// The wall in every matching namespace: written in `Enforce`, reported as drift in
+    /// `Audit`.
+    Converge(Planner<'a, N>),
+}
+
+/// Decides what reconciling `baseline` writes, given the namespaces and the managed policies
+/// (as the watch caches hold them).
+pub fn decide<'a, N: NamespaceFacts, P: AsRef<NetworkPolicy>>(
+    baseline: Baseline<'a>,
+    namespaces: &'a [N],
+    policies: &'a [P],
+) -> Decision<'a, N> {
+    if baseline.deleting {
+        let writes = if baseline.has_cleanup_finalizer && wants_finalizer(baseline.spec) {
+            policies_by_namespace(baseline.name, policies)
+                .into_iter()
+                .map(|(namespace, existing)| {
+                    (
+                        namespace.to_owned(),
+                        plan_namespace(Vec::new(), &existing, true),
+                    )
+                })
+                .filter(|(_, changes)| !changes.is_empty())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        return Decision::CleanUp(writes);
+    }
+    match baseline.spec.validate() {
+        Ok(selector) => Decision::Converge(Planner::new(
+            baseline.name,
+            baseline.spec,
+            selector,
+            namespaces,
+            policies,
+        )),
+        Err(spec_error) => Decision::Invalid(spec_error),
+    }
+}
+
+/// The changes that bring the cluster to one baseline's wall, per namespace.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Namespaces the selector matches (terminating ones excluded).
+    pub namespaces: u32,
+    /// Non-empty change lists, by namespace.
+    pub writes: Vec<(String, Vec<Change>)>,
+}
+
+impl Plan {
+    pub fn changes(&self) -> u32 {
+        count(self.writes.iter().map(|(_, changes)| changes.len()).sum())
+    }
+}
+
+/// The writes of [`Planner`], collected.
+pub fn plan<N: NamespaceFacts, P: AsRef<NetworkPolicy>>(
+    baseline: &str,
+    spec: &NamespaceBaselineSpec,
+    selector: &LabelSelector,
+    namespaces: &[N],
+    policies: &[P],
+) -> Plan {
+    let planner = Planner::new(baseline, spec, selector.clone(), namespaces, policies);
+    Plan {
+        namespaces: planner.matched(),
+        writes: planner.writes().collect(),
+    }
+}
+
+/// Decides, through the wall's rules, what to write: the wall in every matching namespace
+/// (pruning what the spec no longer wants), and in namespaces that stopped matching, nothing
+/// under `Orphan` and removal under `Delete`. Terminating namespaces are left to the
+/// namespace controller. One namespace at a time: a reconcile pulls a namespace's changes
+/// only when a write slot is free, so the desired objects of a large first install are never
+/// all in memory together.
+pub struct Planner<'a, N> {
+    baseline: &'a str,
+    spec: &'a NamespaceBaselineSpec,
+    selector: LabelSelector,
+    namespaces: &'a [N],
+    ours: HashMap<&'a str, Vec<&'a NetworkPolicy>>,
+}
+
+/// One namespace as a reconcile sees it.
+#[derive(Debug)]
+pub struct NamespacePlan<'p> {
+    pub namespace: &'p str,
+    /// Whether the baseline's selector matches it.
+    pub selected: bool,
+    /// This baseline's managed policies there.
+    pub existing: &'p [&'p NetworkPolicy],
+    /// The writes that bring it to the wall (empty when in place, or left as found).
+    pub changes: Vec<Change>,
+}
+
+impl<'a, N: NamespaceFacts> Planner<'a, N> {
+    fn new<P: AsRef<NetworkPolicy>>(
+        baseline: &'a str,
+        spec: &'a NamespaceBaselineSpec,
+        selector: LabelSelector,
+        namespaces: &'a [N],
+        policies: &'a [P],
+    ) -> Self {
+        Self {
+            ours: policies_by_namespace(baseline, policies),
+            baseline,
+            spec,
+            selector,
+            namespaces,
+        }
+    }
+
+    /// Namespaces the selector matches (terminating ones excluded).
+    pub fn matched(&self) -> u32 {
+        count(
+            self.namespaces
+                .iter()
+                .filter(|ns| !ns.terminating() && self.selector.matches(ns.labels()))
+                .count(),
+        )
+    }
+
+    /// Every live namespace the selector matches or this baseline has policies in, with its
+    /// changes: the wall where the selector matches; where it no longer does, this
+    /// baseline's policies (removed only under `Delete`).
+    pub fn namespaces(&self) -> impl Iterator<Item = NamespacePlan<'_>> + '_ {
+        let prune = self.spec.deletion_policy == DeletionPolicy::Delete;
+        self.namespaces
+            .iter()
+            .filter(|namespace| !namespace.terminating())
+            .filter_map(move |namespace| {
+                let name = namespace.name();
+                let existing = self.ours.get(name).map_or(&[][..], Vec::as_slice);
+                let selected = self.selector.matches(namespace.labels());
+                let changes = if selected {
+                    plan_namespace(desired_wall(self.baseline, name, self.spec), existing, true)
+                } else if existing.is_empty() {
+                    return None;
+                } else {
+                    plan_namespace(Vec::new(), existing, prune)
+                };
+                Some(NamespacePlan {
+                    namespace: name,
+                    selected,
+                    existing,
+                    changes,
+                })
+            })
+    }
+
+    /// Non-empty change lists, by namespace.
+    pub fn writes(&self) -> impl Iterator<Item = (String, Vec<Change>)> + '_ {
+        self.namespaces()
+            .filter(|namespace| !namespace.changes.is_empty())
+            .map(|namespace| (namespace.namespace.to_owned(), namespace.changes))
+    }
+}
+
+/// The managed policies of `baseline`, by namespace: those carrying its baseline label, and
+/// those with its policy names (a tampered label is drift to repair, not a stranger).
+/// Keyed by borrowed names: at thousands of policies, a reconcile builds this on every run.
+pub fn policies_by_namespace<'a, P: AsRef<NetworkPolicy>>(
+    baseline: &str,
+    policies: &'a [P],
+) -> HashMap<&'a str, Vec<&'a NetworkPolicy>> {
+    let label = baseline_label_value(baseline);
+    let names = [deny_all_policy_name(baseline), dns_policy_name(baseline)];
+    let mut ours: HashMap<&str, Vec<&NetworkPolicy>> = HashMap::new();
+    for policy in policies {
+        let policy = policy.as_ref();
+        let labels = policy.metadata.labels.as_ref();
+        if !labels.is_some_and(claims_management) {
+            continue;
+        }
+        let belongs = labels.and_then(|labels| labels.get(BASELINE_LABEL)) == Some(&label)
+            || names
+                .iter()
+                .any(|name| Some(name) == policy.metadata.name.as_ref());
+        if let (true, Some(namespace)) = (belongs, &policy.metadata.namespace) {
+            ours.entry(namespace.as_str()).or_default().push(policy);
+        }
+    }
+    ours
+}
+
+fn count(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}

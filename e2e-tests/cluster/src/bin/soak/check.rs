@@ -1,0 +1,278 @@
+//! What the audit log says about the soak: leadership terms and overlaps, handovers, and how
+//! long each drift took to be repaired.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Result, bail, ensure};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use namespace_baseline_cluster_tests::AuditEvent;
+use namespace_baseline_cluster_tests::leadership::{self, Term};
+
+use crate::chaos::{Chaos, Process};
+use crate::options::Options;
+
+/// A leader killed, and how long until another held the Lease and until it wrote.
+pub struct Handover {
+    pub killed: String,
+    pub successor: Option<String>,
+    pub acquired: Option<Duration>,
+    pub first_write: Option<Duration>,
+}
+
+pub struct Verdict {
+    pub terms: Vec<Term>,
+    pub overlaps: Vec<String>,
+    pub protected_writes: usize,
+    pub handovers: Vec<Handover>,
+    /// Drift repair latencies (admin's change answered → reconciler's repair answered).
+    pub repairs_all: Vec<Duration>,
+    /// Those whose interval meets no leaderless window (a kill until the next acquisition).
+    pub repairs_led: Vec<Duration>,
+    /// Those meeting neither a leaderless window nor a restart.
+    pub repairs_steady: Vec<Duration>,
+    /// Drift the audit log shows no repair for (overwritten by later drift, or lost: the
+    /// final state check decides).
+    pub unmatched: usize,
+    pub panics: usize,
+    pub unexpected_exits: Vec<String>,
+    pub lease_released: bool,
+}
+
+fn parse(text: Option<&String>) -> Option<Timestamp> {
+    text?.parse().ok()
+}
+
+fn since(from: Timestamp, to: Timestamp) -> Duration {
+    to.duration_since(from)
+        .max(SignedDuration::ZERO)
+        .try_into()
+        .unwrap_or_default()
+}
+
+/// An admin's change to a managed policy, and the policy.
+struct Drift {
+    object: (String, String),
+    at: Timestamp,
+}
+
+pub fn analyse(
+    events: &[AuditEvent],
+    reconciler: &str,
+    chaos: &Chaos<'_>,
+    processes: &[Process],
+) -> Result<Verdict> {
+    let ours: Vec<AuditEvent> = events
+        .iter()
+        .filter(|event| event.user.username == reconciler)
+        .cloned()
+        .collect();
+    let (lease_writes, writes) = leadership::from_audit(&ours, &chaos.lease)?;
+    ensure!(
+        !lease_writes.is_empty(),
+        "the audit log shows no Lease write: is it the soak's?"
+    );
+    let terms = leadership::terms(&lease_writes);
+    let overlaps = leadership::overlaps(&terms, &writes);
+
+    let handovers: Vec<Handover> = chaos
+        .kills
+        .iter()
+        .map(|kill| {
+            let next = terms
+                .iter()
+                .find(|term| term.from > kill.at && term.holder != kill.identity);
+            let first_write = next.and_then(|term| {
+                writes
+                    .iter()
+                    .filter(|w| w.writer == term.holder && w.received >= term.from)
+                    .map(|w| w.received)
+                    .min()
+            });
+            Handover {
+                killed: kill.identity.clone(),
+                successor: next.map(|term| term.holder.clone()),
+                acquired: next.map(|term| since(kill.at, term.from)),
+                first_write: first_write.map(|at| since(kill.at, at)),
+            }
+        })
+        .collect();
+
+    // From a kill until the successor's first write (it must take the lease, then list the
+    // cluster into its caches), and between terms.
+    let leaderless: Vec<(Timestamp, Timestamp)> = chaos
+        .kills
+        .iter()
+        .zip(&handovers)
+        .map(|(kill, handover): (_, &Handover)| {
+            let end = handover
+                .first_write
+                .or(handover.acquired)
+                .and_then(|after| kill.at.checked_add(after).ok())
+                .unwrap_or(Timestamp::MAX);
+            (kill.at, end)
+        })
+        .chain(
+            terms
+                .windows(2)
+                .filter_map(|pair| Some((pair[0].until?, pair[1].from))),
+        )
+        .collect();
+    let restarts: Vec<(Timestamp, Timestamp)> =
+        chaos.restarts.iter().map(|w| (w.from, w.until)).collect();
+
+    let (repairs, unmatched) = repairs(events, reconciler, chaos);
+    let meets = |windows: &[(Timestamp, Timestamp)], (from, to): (Timestamp, Timestamp)| {
+        windows
+            .iter()
+            .any(|(start, end)| from <= *end && *start <= to)
+    };
+    let mut verdict = Verdict {
+        terms,
+        overlaps,
+        protected_writes: writes.len(),
+        handovers,
+        repairs_all: Vec::new(),
+        repairs_led: Vec::new(),
+        repairs_steady: Vec::new(),
+        unmatched,
+        panics: processes.iter().map(|p| p.panics).sum(),
+        unexpected_exits: processes
+            .iter()
+            .filter(|p| !p.killed && (!p.alive_at_end || !p.exit.is_some_and(|s| s.success())))
+            .map(|p| {
+                format!(
+                    "{}: alive at the end {}, exit {:?}",
+                    p.identity, p.alive_at_end, p.exit
+                )
+            })
+            .collect(),
+        lease_released: false,
+    };
+    for (from, to) in repairs {
+        let latency = since(from, to);
+        verdict.repairs_all.push(latency);
+        if !meets(&leaderless, (from, to)) {
+            verdict.repairs_led.push(latency);
+            if !meets(&restarts, (from, to)) {
+                verdict.repairs_steady.push(latency);
+            }
+        }
+    }
+    Ok(verdict)
+}
+
+/// Each admin change to a managed policy matched with the reconciler's first successful
+/// write to that policy answered after it: (change answered, repair answered).
+fn repairs(
+    events: &[AuditEvent],
+    reconciler: &str,
+    chaos: &Chaos<'_>,
+) -> (Vec<(Timestamp, Timestamp)>, usize) {
+    let managed = [
+        namespace_baseline_cluster_tests::deny_all_policy_name(&chaos.baseline),
+        namespace_baseline_cluster_tests::dns_policy_name(&chaos.baseline),
+    ];
+    let object_of = |event: &AuditEvent| {
+        let object = event.object_ref.clone().unwrap_or_default();
+        (
+            object.namespace.unwrap_or_default(),
+            object.name.unwrap_or_default(),
+        )
+    };
+    let drifts: Vec<Drift> = events
+        .iter()
+        .filter(|e| e.user.username != reconciler && e.stage == "ResponseComplete")
+        .filter(|e| {
+            matches!(e.verb.as_str(), "delete" | "patch") && e.resource() == "networkpolicies"
+        })
+        .filter(|e| e.code().is_some_and(|c| (200..300).contains(&c)))
+        .filter(|e| managed.contains(&object_of(e).1))
+        .filter_map(|e| {
+            Some(Drift {
+                object: object_of(e),
+                at: parse(e.stage_timestamp.as_ref())?,
+            })
+        })
+        .collect();
+    let mut fixes: BTreeMap<(String, String), Vec<Timestamp>> = BTreeMap::new();
+    for event in events.iter().filter(|e| {
+        e.user.username == reconciler
+            && e.stage == "ResponseComplete"
+            && e.verb == "patch"
+            && e.resource() == "networkpolicies"
+            && e.code().is_some_and(|c| (200..300).contains(&c))
+    }) {
+        if let Some(at) = parse(event.stage_timestamp.as_ref()) {
+            fixes.entry(object_of(event)).or_default().push(at);
+        }
+    }
+    let mut matched = Vec::new();
+    let mut unmatched = 0;
+    for drift in drifts {
+        let fix = fixes
+            .get(&drift.object)
+            .and_then(|times| times.iter().filter(|t| **t >= drift.at).min());
+        match fix {
+            Some(fix) => matched.push((drift.at, *fix)),
+            None => unmatched += 1,
+        }
+    }
+    (matched, unmatched)
+}
+
+impl Verdict {
+    /// Fails the soak on any overlap, panic, unexpected exit or unreleased lease; the
+    /// latency goals are reported, not enforced (they depend on the machine's load).
+    pub fn enforce(&self, options: &Options) -> Result<()> {
+        let mut failures = Vec::new();
+        if !self.overlaps.is_empty() {
+            failures.push(format!(
+                "{} writes outside their writer's lease term, e.g. {:#?}",
+                self.overlaps.len(),
+                self.overlaps.iter().take(5).collect::<Vec<_>>()
+            ));
+        }
+        if self.panics > 0 {
+            failures.push(format!("{} panics in the replicas' logs", self.panics));
+        }
+        if !self.unexpected_exits.is_empty() {
+            failures.push(format!(
+                "replicas exited on their own: {:?}",
+                self.unexpected_exits
+            ));
+        }
+        if !self.lease_released {
+            failures.push("the last leader did not release the lease on SIGTERM".to_owned());
+        }
+        let handed = self
+            .handovers
+            .iter()
+            .filter(|h| h.acquired.is_some())
+            .count();
+        if handed < self.handovers.len() {
+            failures.push(format!(
+                "{} of {} killed leaders were never succeeded",
+                self.handovers.len() - handed,
+                self.handovers.len()
+            ));
+        }
+        if self.handovers.len() < options.kills {
+            failures.push(format!(
+                "only {} of {} leader kills happened",
+                self.handovers.len(),
+                options.kills
+            ));
+        }
+        if failures.is_empty() {
+            println!(
+                "soak: PASS (0 overlaps over {} terms, {} protected writes)",
+                self.terms.len(),
+                self.protected_writes
+            );
+            Ok(())
+        } else {
+            bail!("soak: FAIL\n- {}", failures.join("\n- "))
+        }
+    }
+}

@@ -1,0 +1,75 @@
+# Helpers of e2e-tests/kwctl.bats (loaded with `load kwctl`; also sourced on its own to count
+# what kwctl would run: `bash -c 'source e2e-tests/kwctl.bash; kwctl_plan e2e-tests/fixtures'`).
+#
+# The fixture format is read in Rust by namespace_baseline_formats::fixture; here, in shell,
+# only through `fixture_jq`, whose prelude states the same defaults.
+
+# The field masks the policy sends with list_resources_all (src/baselines.rs), sorted as the
+# SDK's BTreeSet serializes them. A replayed exchange must name the request exactly.
+NSB_FIELD_MASKS="${NSB_FIELD_MASKS:-metadata.name spec.mode spec.namespaceLabel}"
+
+# The format's defaults (e2e-tests/README.md, formats/src/fixture.rs). `//` is not used for
+# booleans: it replaces `false` as well as `null`.
+FIXTURE_JQ_PRELUDE='
+def settings: if has("settings") and .settings != null then .settings else {} end;
+def baselines: if has("baselines") and .baselines != null then .baselines else [] end;
+def settings_valid: if (.expect | has("settingsValid")) then .expect.settingsValid else true end;
+def allowed: .expect.allowed;
+def message_contains: .expect.messageContains // empty;
+def context_aware: settings.contextAware == true;
+def host_calls: if (.expect | has("hostCalls")) then .expect.hostCalls else 1 end;
+def host_error: .hostError // null;
+def kwctl_accepts_request: .request | (type == "object" and has("uid") and has("kind"));
+'
+
+# fixture_jq [jq options...] FILTER FIXTURE: the one way this file reads a fixture.
+fixture_jq() {
+	local filter="${*: -2:1}" fixture="${*: -1}"
+	jq "${@:1:$#-2}" "$FIXTURE_JQ_PRELUDE $filter" "$fixture"
+}
+
+# Why kwctl cannot run FIXTURE at all (printed), or nothing (status 1) when it can. Such
+# fixtures are "not applicable", counted apart from skips; the e2e-runner covers them.
+kwctl_not_applicable() {
+	local fixture="$1"
+	if [ "$(fixture_jq -r 'settings_valid and (kwctl_accepts_request | not)' "$fixture")" = "true" ]; then
+		echo "kwctl refuses a request without uid/kind before the policy runs"
+		return 0
+	fi
+	return 1
+}
+
+# For each fixture of DIR: `run NAME` or `n/a NAME: why`; then the counts.
+kwctl_plan() {
+	local dir="$1" fixture name why runnable=0 not_applicable=0
+	for fixture in "$dir"/*.json; do
+		name="$(basename "$fixture" .json)"
+		if why="$(kwctl_not_applicable "$fixture")"; then
+			echo "n/a $name: $why"
+			not_applicable=$((not_applicable + 1))
+		else
+			echo "run $name"
+			runnable=$((runnable + 1))
+		fi
+	done
+	echo "kwctl would run $runnable fixtures; $not_applicable not applicable under kwctl"
+}
+
+# The replay session answering the policy's list_resources_all calls for FIXTURE: the list
+# of its baselines, or the failure of its hostError, once per expected host call. YAML in
+# flow (JSON) style; the request is the YAML form of policy-evaluator's CallbackRequestType,
+# tag and all, as `--record-host-capabilities-interactions` writes it; an `Error` response is
+# what kwctl 1.31 replays as a failing host call (its tests/data/host-capabilities-sessions).
+write_session() {
+	local fixture="$1" session="$2" request masks
+	# shellcheck disable=SC2086 # one mask per word
+	masks="$(printf -- '- %s\n' $NSB_FIELD_MASKS)"
+	request="$(printf '!KubernetesListResourceAll\napi_version: hedronite.io/v1alpha1\nkind: NamespaceBaseline\nlabel_selector: null\nfield_selector: null\nfield_masks:\n%s\n' "$masks")"
+	fixture_jq --arg request "$request" '
+		{apiVersion: "hedronite.io/v1alpha1", kind: "NamespaceBaselineList",
+		 metadata: {resourceVersion: "424242"}, items: baselines} as $list
+		| (if host_error == null then {type: "Success", payload: ($list | tojson)}
+		   else {type: "Error", message: host_error} end) as $response
+		| [range(host_calls) | {type: "Exchange", request: ($request + "\n"), response: $response}]
+	' "$fixture" >"$session"
+}

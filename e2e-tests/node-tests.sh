@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Node tests: the wall on real packets. Starts the one-node Kubernetes of e2e-tests/node/
+# (kubelet, containerd, CNI bridge, kube-proxy, kube-router's NetworkPolicy firewall, CoreDNS)
+# and runs e2e-tests/cluster/tests/node/ against it, inside the node's network namespace.
+#
+#   e2e-tests/node-tests.sh [extra libtest args, e.g. a test name filter]
+#
+# Needs root and the Debian packages of e2e-tests/node/install-deps.sh (a missing one fails
+# the start loudly). The node is always stopped on exit (KEEP_STATE=1 keeps its directory:
+# logs of every component). Exit code: the tests'.
+#
+# The reconciler runs as a local process (its ServiceAccount's token) for the wire tests;
+# the chart test (n4) installs the Helm chart with the reconciler image built by `make image`
+# (its archive imported into containerd), and fails loudly when there is no such target.
+#
+# Environment: CARGO, CARGO_TARGET_DIR, NSB_RECONCILER_LOG, NSB_DRIFT_REPEATS (default 25).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CARGO="${CARGO:-cargo}"
+NSB_SAY_PREFIX=">> node-tests"
+# shellcheck source=control-plane/session.sh
+. "$ROOT/e2e-tests/control-plane/session.sh"
+cd "$ROOT"
+[[ $(id -u) == 0 ]] || { echo "!! the node tests need root (network namespaces, containerd, kubelet)" >&2; exit 1; }
+
+nsb_say "building the reconciler, netprobe and the node tests"
+"$CARGO" build -p namespace-baseline-reconciler --bin namespace-baseline-reconciler --locked
+"$CARGO" build -p namespace-baseline-cluster-tests --bin netprobe --locked
+"$CARGO" test -p namespace-baseline-cluster-tests --features node --test node --locked --no-run
+TARGET="$(nsb_target_dir)"
+export NSB_RECONCILER_BIN="$TARGET/debug/namespace-baseline-reconciler"
+export NSB_NETPROBE_BIN="$TARGET/debug/netprobe"
+for bin in "$NSB_RECONCILER_BIN" "$NSB_NETPROBE_BIN"; do
+  [[ -x "$bin" ]] || { echo "!! not found: $bin" >&2; exit 1; }
+done
+
+# The reconciler image for the chart test (n4): `make image` (the Containerfile, a static
+# musl binary FROM scratch) leaves target/image/reconciler.docker.tar and image.env; the
+# archive is imported into the node's containerd. Without that target the test fails loudly.
+extra_images=""
+if make -n image >/dev/null 2>&1; then
+  nsb_say "building the reconciler image (make image)"
+  make image
+  # shellcheck disable=SC1091
+  IMAGE="$(. "$ROOT/target/image/image.env" && echo "$IMAGE")"
+  extra_images="$ROOT/target/image/reconciler.docker.tar"
+  [[ -n "$IMAGE" && -f "$extra_images" ]] || { echo "!! make image left no target/image/reconciler.docker.tar + image.env" >&2; exit 1; }
+  export NSB_RECONCILER_IMAGE="$IMAGE"
+else
+  echo "!! no \`make image\` target: the chart test (n4) will fail for want of the reconciler image" >&2
+fi
+export NSB_HELM_BIN
+NSB_HELM_BIN="$("$ROOT/charts/install-helm.sh" | tail -n 1)"
+
+NODE_STATE=""
+cleanup() {
+  local rc=$?
+  if [[ -n "$NODE_STATE" ]]; then
+    nsb_say "stopping the node ($NODE_STATE)"
+    "$ROOT/e2e-tests/node/stop.sh" "$NODE_STATE" >&2 || echo "!! node stop.sh failed for $NODE_STATE" >&2
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+nsb_say "building (or reusing) and starting the node"
+t0=$EPOCHREALTIME
+NODE_STATE="$(NSB_NODE_EXTRA_IMAGES="$extra_images" "$ROOT/e2e-tests/node/start.sh" | tail -n 1)"
+nsb_say "node up in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s (state $NODE_STATE)"
+set -a
+# shellcheck disable=SC1091
+. "$NODE_STATE/env"
+set +a
+export TEST_KUBECONFIG="$KUBECONFIG"
+
+nsb_say "running the node tests (serially, inside the node's network namespace)"
+LOG="$(mktemp "${TMPDIR:-/tmp}/nsb-node-tests.XXXXXX.log")"
+set +e
+nsenter --target "$NSB_NODE_HOLDER_PID" --net -- \
+  "$CARGO" test -p namespace-baseline-cluster-tests --features node --test node --locked --offline \
+  -- --test-threads=1 --nocapture "$@" 2>&1 | tee "$LOG"
+rc=${PIPESTATUS[0]}
+set -e
+echo
+echo "== key figures (full output: $LOG)"
+grep -E '^FIGURE ' "$LOG" || echo "(none)"
+nsb_say "node tests finished with exit code $rc"
+exit "$rc"

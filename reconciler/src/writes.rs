@@ -1,0 +1,265 @@
+//! Every write the reconciler makes to the API: through [`Context::write`], which holds it
+//! back unless this replica may write (the leader gate) and bounds it by the lease.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use namespace_baseline_core::identity::FIELD_MANAGER;
+use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
+use namespace_baseline_core::wall::Change;
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use crate::controller::Context;
+use crate::error::{Error, ErrorClass, Result};
+
+/// Upper bound for one write: a connection that stops answering is a transient failure,
+/// not a reconcile stuck for the client's 295 s read timeout. (A leader's writes are also
+/// bounded by its lease: [`Context::write`].)
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
+/// within a fraction of this) before it fails as `NotLeader`.
+const GATE_WAIT: Duration = Duration::from_secs(2);
+
+/// Event notes are limited to 1 kB by the API server.
+const MAX_EVENT_NOTE: usize = 1024;
+
+impl Context {
+    /// Runs one write to the API, if and while this replica may write: the gate is checked
+    /// right before the request goes out (waiting briefly while a lease renewal is retried),
+    /// and the request is abandoned before another replica could take the lease over.
+    pub(crate) async fn write<T>(
+        &self,
+        request: impl Future<Output = kube::Result<T>>,
+    ) -> Result<kube::Result<T>> {
+        if !self.state.leader.wait_leading(GATE_WAIT).await {
+            return Err(Error::NotLeader);
+        }
+        let budget = self
+            .state
+            .leader
+            .write_budget(WRITE_TIMEOUT)
+            .ok_or(Error::NotLeader)?;
+        Ok(tokio::time::timeout(budget, request)
+            .await
+            .unwrap_or_else(|_| {
+                Err(kube::Error::Service(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {budget:?}"),
+                ))))
+            }))
+    }
+}
+
+/// Writes made, by kind, with the drifted objects repaired.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub created: u32,
+    pub repaired: Vec<String>,
+    pub deleted: u32,
+    /// Changes planned but not made (after a failure).
+    pub unapplied: u32,
+}
+
+impl Counts {
+    pub fn writes(&self) -> u32 {
+        self.created + count(self.repaired.len()) + self.deleted
+    }
+}
+
+pub(crate) fn count(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// Applies the writes, namespaces in parallel (at most `concurrency` at once), each
+/// namespace's changes in order; `writes` is pulled as slots free up. Every namespace is
+/// attempted; the error returned is a transient one if any (a retry will also retry the
+/// rest), else the first permanent one.
+pub(crate) async fn apply(
+    ctx: &Context,
+    writes: impl Iterator<Item = (String, Vec<Change>)> + Send,
+) -> (Counts, Option<Error>) {
+    let results: Vec<(Counts, Option<Error>)> = stream::iter(writes)
+        .map(|(_, changes)| apply_namespace(ctx, changes))
+        .buffer_unordered(ctx.settings.concurrency.max(1))
+        .collect()
+        .await;
+    let mut total = Counts::default();
+    let mut errors = Vec::new();
+    for (counts, error) in results {
+        total.created += counts.created;
+        total.repaired.extend(counts.repaired);
+        total.deleted += counts.deleted;
+        total.unapplied += counts.unapplied;
+        errors.extend(error);
+    }
+    let transient = errors
+        .iter()
+        .position(|error| error.class() == ErrorClass::Transient);
+    let error = match transient {
+        Some(index) => Some(errors.swap_remove(index)),
+        None => errors.into_iter().next(),
+    };
+    (total, error)
+}
+
+async fn apply_namespace(ctx: &Context, changes: Vec<Change>) -> (Counts, Option<Error>) {
+    let mut counts = Counts::default();
+    let total = count(changes.len());
+    for change in changes {
+        let result = match &change {
+            Change::Create(policy) => server_side_apply(ctx, policy).await,
+            Change::Repair(policy, _) => server_side_apply(ctx, policy).await,
+            Change::Delete { namespace, name } => delete(ctx, namespace, name).await,
+        };
+        if let Err(error) = result {
+            counts.unapplied = total - counts.writes();
+            return (counts, Some(error));
+        }
+        match change {
+            Change::Create(_) => counts.created += 1,
+            Change::Repair(policy, drift) => counts.repaired.push(format!(
+                "{}/{} ({drift:?})",
+                policy.namespace().unwrap_or_default(),
+                policy.name_any()
+            )),
+            Change::Delete { .. } => counts.deleted += 1,
+        }
+    }
+    (counts, None)
+}
+
+/// Server-side apply of the whole object under our field manager, forced: every spec field
+/// is named, so the apply also resets what another manager changed or added.
+async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> {
+    let (Some(namespace), Some(name)) = (&policy.metadata.namespace, &policy.metadata.name) else {
+        return Err(Error::MissingField {
+            kind: "NetworkPolicy",
+            field: "metadata.namespace/name",
+        });
+    };
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);
+    ctx.write(api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(policy),
+    ))
+    .await?
+    .map_err(|source| Error::Apply {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        source: Box::new(source),
+    })?;
+    debug!(%namespace, %name, "applied");
+    Ok(())
+}
+
+async fn delete(ctx: &Context, namespace: &str, name: &str) -> Result<()> {
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);
+    match ctx
+        .write(api.delete(name, &DeleteParams::default()))
+        .await?
+    {
+        Ok(_) => {
+            debug!(%namespace, %name, "deleted");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(Error::Delete {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source: Box::new(source),
+        }),
+    }
+}
+
+/// Replaces the finalizer list, guarded by the resourceVersion it was computed from (a
+/// concurrent change yields 409, retried).
+pub(crate) async fn patch_finalizers(
+    baseline: &NamespaceBaseline,
+    ctx: &Context,
+    finalizers: Vec<String>,
+) -> Result<()> {
+    let name = baseline.name_any();
+    let api: Api<NamespaceBaseline> = Api::all(ctx.client.clone());
+    let patch = json!({
+        "metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": baseline.resource_version(),
+        }
+    });
+    ctx.write(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)))
+        .await?
+        .map_err(|source| Error::Finalizer {
+            name: name.clone(),
+            source: Box::new(source),
+        })?;
+    info!(baseline = %name, ?finalizers, "finalizers updated");
+    Ok(())
+}
+
+/// Patches the status subresource with `desired`.
+pub(crate) async fn patch_status(
+    baseline: &NamespaceBaseline,
+    ctx: &Context,
+    desired: &NamespaceBaselineStatus,
+) -> Result<()> {
+    let name = baseline.name_any();
+    let api: Api<NamespaceBaseline> = Api::all(ctx.client.clone());
+    ctx.write(api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": desired })),
+    ))
+    .await?
+    .map_err(|source| Error::Status {
+        name: name.clone(),
+        source: Box::new(source),
+    })?;
+    debug!(baseline = %name, "status updated");
+    Ok(())
+}
+
+/// Publishes an Event about `baseline`. Best effort: a lost Event never fails a reconcile.
+pub(crate) async fn publish(
+    ctx: &Context,
+    baseline: &NamespaceBaseline,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    mut note: String,
+) {
+    if note.len() > MAX_EVENT_NOTE {
+        let mut end = MAX_EVENT_NOTE - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    match ctx
+        .write(ctx.recorder.publish(&event, &baseline.object_ref(&())))
+        .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            warn!(baseline = %baseline.name_any(), %reason, %error, "could not publish an Event");
+        }
+        Err(error) => {
+            debug!(baseline = %baseline.name_any(), %reason, %error, "Event not published");
+        }
+    }
+}
