@@ -22,11 +22,17 @@ CARGO="${CARGO:-cargo}"
 . "$ROOT/e2e-tests/control-plane/session.sh"
 cd "$ROOT"
 
-nsb_say "building the reconciler and the tests"
-"$CARGO" build -p namespace-baseline-reconciler --bin namespace-baseline-reconciler --locked
-"$CARGO" test -p namespace-baseline-cluster-tests --locked --no-run
-NSB_RECONCILER_BIN="$(nsb_target_dir)/debug/namespace-baseline-reconciler"
+# The reconciler under test is the static release binary that goes into the image
+# (e2e-tests/image/build.sh binaries: built once per run, a no-op when up to date);
+# NSB_RECONCILER_BIN overrides it.
+if [[ -z "${NSB_RECONCILER_BIN:-}" ]]; then
+  nsb_say "building the reconciler (the image's static binary)"
+  "$ROOT/e2e-tests/image/build.sh" binaries >&2
+  NSB_RECONCILER_BIN="$ROOT/target/image/linux/amd64/namespace-baseline-reconciler"
+fi
 export NSB_RECONCILER_BIN
+nsb_say "building the tests"
+"$CARGO" test -p namespace-baseline-cluster-tests --locked --no-run
 [[ -x "$NSB_RECONCILER_BIN" ]] || { echo "!! reconciler binary not found at $NSB_RECONCILER_BIN" >&2; exit 1; }
 
 cleanup() {

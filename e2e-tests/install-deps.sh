@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# One-time installs of what the image, registry and workflow checks need on a fresh Debian
-# machine. Each step checks first and installs only what is missing, so running it again is
-# cheap; .ci/run calls it, and so can a developer or a make target.
+# One-time installs (Debian packages, so as root) of what the image, registry and workflow
+# checks need on a fresh Debian machine. Each step checks first and installs only what is
+# missing, so running it again is cheap; e2e-tests/setup.sh (`make test`'s set-up) calls it.
+# The Rust targets are not installed here (rustup is per user): e2e-tests/image/build.sh adds
+# x86_64-unknown-linux-musl (and aarch64-unknown-linux-musl for arm64) when it needs them.
 #
 # Usage: e2e-tests/install-deps.sh GROUP...
-#   image      musl-tools (static musl link of the reconciler), the Rust
-#              x86_64-unknown-linux-musl target, podman and runc (build and run the image;
-#              runc explicitly: crun, podman's default, fails under cgroup v1 "hybrid" mode),
-#              python3-yaml (the image test reads deploy/*.yaml)
+#   image      musl-tools (static musl link of the reconciler), podman and runc (build and run
+#              the image; runc explicitly: crun, podman's default, fails under cgroup v1
+#              "hybrid" mode), python3-yaml (the image test reads deploy/*.yaml)
 #   workflows  shellcheck (actionlint checks the workflows' run: scripts with it)
 #   all        every group
 set -euo pipefail
@@ -28,19 +29,14 @@ apt_install() {
     apt_updated=1
   fi
   say "apt-get install ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+  # With Debian's recommended packages (for podman: netavark, containernetworking-plugins,
+  # catatonit, uidmap, ...), as tested.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null ||
     { echo "!! install-deps: could not install ${missing[*]}" >&2; exit 1; }
-}
-
-rust_target() {
-  rustup target list --installed | grep -qx "$1" && return 0
-  say "rustup target add $1"
-  rustup target add "$1"
 }
 
 group_image() {
   apt_install musl-tools podman runc python3-yaml
-  rust_target x86_64-unknown-linux-musl
 }
 
 group_workflows() {

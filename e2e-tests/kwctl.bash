@@ -7,6 +7,8 @@
 # The field masks the policy sends with list_resources_all (src/baselines.rs), sorted as the
 # SDK's BTreeSet serializes them. A replayed exchange must name the request exactly.
 NSB_FIELD_MASKS="${NSB_FIELD_MASKS:-metadata.name spec.mode spec.namespaceLabel}"
+# The same for the Namespace the holes check gets (NAMESPACE_FIELD_MASKS in src/baselines.rs).
+NSB_NAMESPACE_FIELD_MASKS="${NSB_NAMESPACE_FIELD_MASKS:-metadata.labels metadata.name}"
 
 # The format's defaults (e2e-tests/README.md, formats/src/fixture.rs). `//` is not used for
 # booleans: it replaces `false` as well as `null`.
@@ -19,7 +21,16 @@ def message_contains: .expect.messageContains // empty;
 def context_aware: settings.contextAware == true;
 def host_calls: if (.expect | has("hostCalls")) then .expect.hostCalls else 1 end;
 def host_error: .hostError // null;
+def namespaces: if has("namespaces") and .namespaces != null then .namespaces else [] end;
+def warnings_contain: .expect.warningsContain // [];
 def kwctl_accepts_request: .request | (type == "object" and has("uid") and has("kind"));
+# The policy reads a Namespace only for a NetworkPolicy CREATE or UPDATE that opens a World or
+# Cluster hole, before any list of the baselines: such fixtures state expect.hostCalls.
+def reads_namespace: (.request.kind.kind? == "NetworkPolicy")
+  and (.request.operation? == "CREATE" or .request.operation? == "UPDATE")
+  and ((.expect.hostCalls // 0) > 0);
+def list_calls: if reads_namespace then host_calls - 1 else host_calls end;
+def needs_session: context_aware or reads_namespace;
 '
 
 # fixture_jq [jq options...] FILTER FIXTURE: the one way this file reads a fixture.
@@ -55,21 +66,36 @@ kwctl_plan() {
 	echo "kwctl would run $runnable fixtures; $not_applicable not applicable under kwctl"
 }
 
-# The replay session answering the policy's list_resources_all calls for FIXTURE: the list
-# of its baselines, or the failure of its hostError, once per expected host call. YAML in
-# flow (JSON) style; the request is the YAML form of policy-evaluator's CallbackRequestType,
-# tag and all, as `--record-host-capabilities-interactions` writes it; an `Error` response is
-# what kwctl 1.31 replays as a failing host call (its tests/data/host-capabilities-sessions).
+# The replay session answering the policy's host calls for FIXTURE, in the order the policy
+# makes them (kwctl replays a session in order): first, when the policy reads the request's
+# Namespace (reads_namespace), its get_resource, answered with the fixture's Namespace of
+# that name or "not found"; then its list_resources_all calls, answered with the list of
+# its baselines, once per expected list. With hostError every answer is that failure. YAML
+# in flow (JSON) style; each request is the YAML form of policy-evaluator's
+# CallbackRequestType, tag and all, as `--record-host-capabilities-interactions` writes it;
+# an `Error` response is what kwctl 1.31 replays as a failing host call (its
+# tests/data/host-capabilities-sessions).
 write_session() {
-	local fixture="$1" session="$2" request masks
+	local fixture="$1" session="$2" list_request get_request masks namespace_masks
 	# shellcheck disable=SC2086 # one mask per word
 	masks="$(printf -- '- %s\n' $NSB_FIELD_MASKS)"
-	request="$(printf '!KubernetesListResourceAll\napi_version: hedronite.io/v1alpha1\nkind: NamespaceBaseline\nlabel_selector: null\nfield_selector: null\nfield_masks:\n%s\n' "$masks")"
-	fixture_jq --arg request "$request" '
+	# shellcheck disable=SC2086 # one mask per word
+	namespace_masks="$(printf -- '- %s\n' $NSB_NAMESPACE_FIELD_MASKS)"
+	list_request="$(printf '!KubernetesListResourceAll\napi_version: hedronite.io/v1alpha1\nkind: NamespaceBaseline\nlabel_selector: null\nfield_selector: null\nfield_masks:\n%s\n' "$masks")"
+	get_request="$(printf '!KubernetesGetResource\napi_version: v1\nkind: Namespace\nname: %s\nnamespace: null\ndisable_cache: false\nfield_masks:\n%s\n' \
+		"$(fixture_jq -r '.request.namespace // ""' "$fixture")" "$namespace_masks")"
+	fixture_jq --arg list_request "$list_request" --arg get_request "$get_request" '
 		{apiVersion: "hedronite.io/v1alpha1", kind: "NamespaceBaselineList",
 		 metadata: {resourceVersion: "424242"}, items: baselines} as $list
+		| (.request.namespace // "") as $name
+		| (if host_error != null then {type: "Error", message: host_error}
+		   else (namespaces | map(select(.metadata.name == $name)) | first) as $namespace
+		   | if $namespace == null then {type: "Error", message: "namespaces \"\($name)\" not found"}
+		     else {type: "Success", payload: ($namespace | tojson)} end
+		   end) as $get_response
 		| (if host_error == null then {type: "Success", payload: ($list | tojson)}
-		   else {type: "Error", message: host_error} end) as $response
-		| [range(host_calls) | {type: "Exchange", request: ($request + "\n"), response: $response}]
+		   else {type: "Error", message: host_error} end) as $list_response
+		| [if reads_namespace then {type: "Exchange", request: ($get_request + "\n"), response: $get_response} else empty end]
+		  + [if context_aware then range(list_calls) | {type: "Exchange", request: ($list_request + "\n"), response: $list_response} else empty end]
 	' "$fixture" >"$session"
 }

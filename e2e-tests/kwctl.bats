@@ -10,11 +10,12 @@
 # whose file name starts with the family's prefix and reports every mismatch before failing.
 # The last test prints how many fixtures ran, passed, failed, were skipped, and were not
 # applicable under kwctl, and fails if any fixture kwctl could run was skipped. Without kwctl
-# on PATH every test is skipped (and says so). Helpers: e2e-tests/kwctl.bash.
+# on PATH the kwctl tests are skipped (and say so); the family check runs anyway. Helpers:
+# e2e-tests/kwctl.bash.
 
 load kwctl
 
-FAMILIES=(policy-delete policy-update policy-create namespace exempt not-exempt odd dry-run ca settings bypass)
+FAMILIES=(policy-delete policy-update policy-create namespace exempt not-exempt odd dry-run ca settings bypass holes)
 
 setup_file() {
 	E2E_DIR="$(cd "$(dirname "$BATS_TEST_FILENAME")" && pwd)"
@@ -38,12 +39,14 @@ setup_file() {
 	: >"$TALLY"
 }
 
-setup() {
+# The tests that run kwctl skip without it (and say so); the family check needs no kwctl.
+need_kwctl() {
 	if ! command -v kwctl >/dev/null 2>&1; then
 		skip "kwctl not found"
 	fi
 	if ! command -v jq >/dev/null 2>&1; then
-		skip "jq not found"
+		echo "jq not found: e2e-tests/setup.sh installs it" >&2
+		return 1
 	fi
 	if [ ! -f "$POLICY_WASM" ]; then
 		echo "policy module $POLICY_WASM not found: run make (or set POLICY_WASM)" >&2
@@ -79,9 +82,9 @@ check_fixture() {
 
 	local wasm="$POLICY_WASM"
 	local args=(run --settings-path "$settings" --request-path "$request")
-	if [ "$(fixture_jq -r 'context_aware' "$fixture")" = "true" ]; then
+	if [ "$(fixture_jq -r 'needs_session' "$fixture")" = "true" ]; then
 		if [ ! -f "$ANNOTATED_WASM" ]; then
-			echo "SKIPPED $name: context-aware fixtures need $ANNOTATED_WASM (make annotated-policy.wasm): kwctl only grants the contextAwareResources of metadata.yml"
+			echo "SKIPPED $name: fixtures that read the cluster need $ANNOTATED_WASM (make annotated-policy.wasm): kwctl only grants the contextAwareResources of metadata.yml"
 			return 3
 		fi
 		wasm="$ANNOTATED_WASM"
@@ -132,12 +135,22 @@ check_fixture() {
 		echo "FAIL $name: an accepted request carries a message: $message"
 		return 1
 	fi
+	# One expected substring per warning, in order; none expected: no warning.
+	local warnings want_warnings
+	warnings="$(jq -c '(.response // .) | .warnings // []' <<<"$response")"
+	want_warnings="$(fixture_jq -c 'warnings_contain' "$fixture")"
+	if [ "$(jq -n --argjson got "$warnings" --argjson want "$want_warnings" \
+		'($got | length) == ($want | length) and ([range($want | length) as $i | $got[$i] | contains($want[$i])] | all)')" != "true" ]; then
+		echo "FAIL $name: warnings $warnings do not match the expected $want_warnings (one substring per warning, in order)"
+		return 1
+	fi
 	return 0
 }
 
 # Runs every fixture of a family; fails listing each mismatch, and when a fixture kwctl
 # could run was skipped.
 run_family() {
+	need_kwctl
 	local prefix="$1" fixture line rc passed=0 failed=0 skipped=0 not_applicable=0
 	local -a report=()
 	shopt -s nullglob
@@ -225,7 +238,12 @@ run_family() {
 	run_family bypass
 }
 
+@test "NetworkPolicies that open the wall of a walled namespace (holes-*)" {
+	run_family holes
+}
+
 @test "summary: every fixture kwctl can run ran" {
+	need_kwctl
 	local ran passed failed skipped not_applicable
 	read -r passed failed skipped not_applicable < <(awk '{p += $2; f += $3; s += $4; n += $5} END {print p+0, f+0, s+0, n+0}' "$TALLY")
 	ran=$((passed + failed))

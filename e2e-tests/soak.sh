@@ -24,12 +24,17 @@ else
   preset=(--namespaces 300 --duration 210 --kills 8 --apiserver-restarts 1 --etcd-restarts 1 --proxy-restarts 1)
 fi
 
-nsb_say "building the reconciler and the soak"
-"$CARGO" build --locked \
-  -p namespace-baseline-reconciler --bin namespace-baseline-reconciler \
-  -p namespace-baseline-cluster-tests --bin soak
 TARGET_DIR="$(nsb_target_dir)"
-export NSB_RECONCILER_BIN="${NSB_RECONCILER_BIN:-$TARGET_DIR/debug/namespace-baseline-reconciler}"
+# The reconciler under test is the static release binary that goes into the image (built
+# once per run, a no-op when up to date); NSB_RECONCILER_BIN overrides it.
+if [[ -z "${NSB_RECONCILER_BIN:-}" ]]; then
+  nsb_say "building the reconciler (the image's static binary)"
+  "$ROOT/e2e-tests/image/build.sh" binaries >&2
+  NSB_RECONCILER_BIN="$ROOT/target/image/linux/amd64/namespace-baseline-reconciler"
+fi
+export NSB_RECONCILER_BIN
+nsb_say "building the soak"
+"$CARGO" build --locked -p namespace-baseline-cluster-tests --bin soak
 SOAK="$TARGET_DIR/debug/soak"
 [[ -x "$NSB_RECONCILER_BIN" && -x "$SOAK" ]] || { echo "!! binaries not found in $TARGET_DIR/debug" >&2; exit 1; }
 export NSB_RECONCILER_LOG="${NSB_RECONCILER_LOG:-info}"

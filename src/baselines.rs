@@ -1,14 +1,19 @@
-//! The live NamespaceBaselines, read through the policy-server's host capabilities when
-//! the policy runs context-aware (`contextAwareResources` in metadata.yml).
+//! What the policy reads through the policy-server's host capabilities
+//! (`contextAwareResources` in metadata.yml): the live NamespaceBaselines when the policy runs
+//! context-aware, and a Namespace's labels for the holes check.
 
 use std::collections::BTreeSet;
 
 use kubewarden_policy_sdk::host_capabilities::kubernetes::{
-    ListAllResourcesRequest, list_all_resources,
+    GetResourceRequest, ListAllResourcesRequest, list_all_resources,
 };
-use namespace_baseline_core::admission::{BaselineSource, LiveBaseline};
+use kubewarden_policy_sdk::wapc_guest::host_call;
+use namespace_baseline_core::admission::{BaselineSource, LiveBaseline, ObjectView};
 
-/// Reads the baselines from the cluster through the policy-server.
+/// The fields of a Namespace the holes check reads.
+pub const NAMESPACE_FIELD_MASKS: [&str; 2] = ["metadata.name", "metadata.labels"];
+
+/// Reads the cluster through the policy-server.
 pub struct ClusterBaselines;
 
 impl BaselineSource for ClusterBaselines {
@@ -26,5 +31,26 @@ impl BaselineSource for ClusterBaselines {
         list_all_resources::<LiveBaseline>(&request)
             .map(|list| list.items)
             .map_err(|error| error.to_string())
+    }
+
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        let request = GetResourceRequest {
+            api_version: "v1".to_owned(),
+            kind: "Namespace".to_owned(),
+            name: name.to_owned(),
+            namespace: None,
+            // The policy-server's 5-second cache: a label added a moment ago may be missed,
+            // which the reconciler's holes report makes up for.
+            disable_cache: false,
+            field_masks: Some(BTreeSet::from(NAMESPACE_FIELD_MASKS.map(str::to_owned))),
+        };
+        // The SDK's `get_resource`, but read with `from_str` like the request: its
+        // `from_slice` would add a second copy of the object reader to the module (6 KB).
+        let payload = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
+        let answer = host_call("kubewarden", "kubernetes", "get_resource", &payload)
+            .map_err(|error| error.to_string())?;
+        std::str::from_utf8(&answer)
+            .map_err(|error| error.to_string())
+            .and_then(|text| serde_json::from_str(text).map_err(|error| error.to_string()))
     }
 }

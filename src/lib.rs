@@ -5,6 +5,7 @@
 mod baselines;
 pub mod settings;
 
+use kubewarden_policy_sdk::response::ValidationResponse;
 use kubewarden_policy_sdk::settings::SettingsValidationResponse;
 use kubewarden_policy_sdk::wapc_guest as guest;
 use kubewarden_policy_sdk::{accept_request, protocol_version_guest, reject_request};
@@ -42,9 +43,23 @@ pub fn validate_settings(payload: &[u8]) -> CallResult {
 fn validate(payload: &[u8]) -> CallResult {
     match evaluate(payload, &ClusterBaselines) {
         Ok(Verdict::Allow) => accept_request(),
+        Ok(Verdict::Warn(warnings)) => accept_with_warnings(warnings),
         Ok(Verdict::Deny(message)) => reject_request(Some(message), Some(403), None, None),
         Err(error) => Err(error.into()),
     }
+}
+
+/// An acceptance carrying warnings for the requester (the SDK has a constructor for
+/// rejections with warnings only).
+pub fn accept_with_warnings(warnings: Vec<String>) -> CallResult {
+    Ok(serde_json::to_vec(&ValidationResponse {
+        accepted: true,
+        message: None,
+        code: None,
+        mutated_object: None,
+        audit_annotations: None,
+        warnings: Some(warnings),
+    })?)
 }
 
 /// The verdict for a `validate` payload: the core's [`admission::evaluate`], which the

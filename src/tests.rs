@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use namespace_baseline_core::admission::{BaselineSource, LiveBaseline, Verdict};
+use namespace_baseline_core::admission::{BaselineSource, LiveBaseline, ObjectView, Verdict};
 use rstest::rstest;
 use serde_json::{Value, json};
 
@@ -13,6 +13,9 @@ use super::evaluate;
 struct FakeCluster {
     answer: Result<Vec<LiveBaseline>, String>,
     calls: Cell<usize>,
+    /// The labels of namespace `team-a`; `None`: it cannot be read.
+    namespace: Option<Value>,
+    namespace_calls: Cell<usize>,
 }
 
 impl FakeCluster {
@@ -29,6 +32,8 @@ impl FakeCluster {
         Self {
             answer: Ok(answer),
             calls: Cell::new(0),
+            namespace: Some(json!({"baseline": "guarded"})),
+            namespace_calls: Cell::new(0),
         }
     }
 
@@ -36,6 +41,8 @@ impl FakeCluster {
         Self {
             answer: Err("connection refused".into()),
             calls: Cell::new(0),
+            namespace: None,
+            namespace_calls: Cell::new(0),
         }
     }
 }
@@ -44,6 +51,17 @@ impl BaselineSource for FakeCluster {
     fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
         self.calls.set(self.calls.get() + 1);
         self.answer.clone()
+    }
+
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        self.namespace_calls.set(self.namespace_calls.get() + 1);
+        match (name, &self.namespace) {
+            ("team-a", Some(labels)) => Ok(serde_json::from_value(
+                json!({"metadata": {"name": name, "labels": labels}}),
+            )
+            .unwrap()),
+            _ => Err(format!("namespaces {name:?} not found")),
+        }
     }
 }
 
@@ -154,4 +172,80 @@ fn unreadable_requests_are_allowed(#[case] request: Value) {
         &FakeCluster::with(&[]),
     );
     assert_eq!(verdict, Ok(Verdict::Allow));
+}
+
+fn policy_create(spec: Value) -> Value {
+    json!({
+        "uid": "2",
+        "kind": {"group": "networking.k8s.io", "version": "v1", "kind": "NetworkPolicy"},
+        "namespace": "team-a",
+        "operation": "CREATE",
+        "userInfo": {"username": "bob", "groups": ["system:authenticated"]},
+        "object": {
+            "metadata": {"name": "web", "namespace": "team-a"},
+            "spec": spec,
+        },
+    })
+}
+
+#[rstest]
+#[case::warn("Warn", true)]
+#[case::deny("Deny", false)]
+fn a_hole_in_a_walled_namespace_reads_the_namespace_once(
+    #[case] setting: &str,
+    #[case] allowed: bool,
+) {
+    let cluster = FakeCluster::with(&[]);
+    let verdict = run(
+        json!({"guardSelectors": ["baseline=guarded"], "holes": setting}),
+        policy_create(json!({"podSelector": {}, "ingress": [{}]})),
+        &cluster,
+    )
+    .unwrap();
+    assert_eq!(verdict.is_allowed(), allowed, "{verdict:?}");
+    assert_eq!(verdict.warnings().len(), usize::from(allowed));
+    assert_eq!(cluster.namespace_calls.get(), 1);
+    assert_eq!(
+        cluster.calls.get(),
+        0,
+        "no baseline list without contextAware"
+    );
+}
+
+#[test]
+fn a_policy_without_holes_costs_no_host_call() {
+    let cluster = FakeCluster::failing();
+    let verdict = run(
+        json!({"contextAware": true, "holes": "Deny"}),
+        policy_create(json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]})),
+        &cluster,
+    )
+    .unwrap();
+    assert_eq!(verdict, Verdict::Allow);
+    assert_eq!((cluster.namespace_calls.get(), cluster.calls.get()), (0, 0));
+}
+
+#[test]
+fn an_unreadable_namespace_warns_instead_of_refusing() {
+    let cluster = FakeCluster::failing();
+    let verdict = run(
+        json!({"contextAware": true, "holes": "Deny"}),
+        policy_create(json!({"podSelector": {}, "ingress": [{}]})),
+        &cluster,
+    )
+    .unwrap();
+    assert!(
+        matches!(&verdict, Verdict::Warn(w) if w[0].contains("namespaces \"team-a\" not found")),
+        "{verdict:?}"
+    );
+}
+
+#[test]
+fn warnings_go_out_in_an_accepting_response() {
+    let raw = super::accept_with_warnings(vec!["first".into(), "second".into()]).unwrap();
+    let response: Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(response["accepted"], json!(true));
+    assert_eq!(response["warnings"], json!(["first", "second"]));
+    assert_eq!(response["message"], Value::Null);
+    assert_eq!(response["mutated_object"], Value::Null);
 }

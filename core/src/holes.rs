@@ -77,6 +77,15 @@ impl Direction {
             Self::Egress => "Egress",
         }
     }
+
+    /// `ingress` or `egress`, as a sentence says it (without `str::to_lowercase`, whose
+    /// Unicode tables would add 18 KB to the policy's wasm module).
+    pub fn as_lowercase(self) -> &'static str {
+        match self {
+            Self::Ingress => "ingress",
+            Self::Egress => "egress",
+        }
+    }
 }
 
 impl fmt::Display for Direction {
@@ -104,7 +113,7 @@ impl fmt::Display for Hole {
             f,
             "NetworkPolicy {} {} rule {} opens {} to {}",
             self.policy,
-            self.direction.as_str().to_lowercase(),
+            self.direction.as_lowercase(),
             self.rule,
             if self.all_ports {
                 "every port"

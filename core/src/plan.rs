@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::holes::Hole;
 use crate::identity::{
     BASELINE_LABEL, CLEANUP_FINALIZER, baseline_label_value, claims_management,
     deny_all_policy_name, dns_policy_name,
@@ -79,6 +80,13 @@ impl NamespaceFacts for Namespace {
 impl NamespaceFacts for ObjectMeta {
     fn metadata(&self) -> &ObjectMeta {
         self
+    }
+}
+
+#[cfg(feature = "crd")]
+impl<K> NamespaceFacts for kube::core::PartialObjectMeta<K> {
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
     }
 }
 
@@ -214,14 +222,14 @@ impl<'a, N: NamespaceFacts> Planner<'a, N> {
         }
     }
 
-    /// Namespaces the selector matches (terminating ones excluded).
+    /// Namespaces the selector matches among the planner's (terminating ones excluded).
     pub fn matched(&self) -> u32 {
-        count(
-            self.namespaces
-                .iter()
-                .filter(|ns| !ns.terminating() && self.selector.matches(ns.labels()))
-                .count(),
-        )
+        count_matched(&self.selector, self.namespaces)
+    }
+
+    /// The baseline's namespace selector.
+    pub fn selector(&self) -> &LabelSelector {
+        &self.selector
     }
 
     /// Every live namespace the selector matches or this baseline has policies in, with its
@@ -258,6 +266,57 @@ impl<'a, N: NamespaceFacts> Planner<'a, N> {
             .filter(|namespace| !namespace.changes.is_empty())
             .map(|namespace| (namespace.namespace.to_owned(), namespace.changes))
     }
+}
+
+/// The holes other policies open in the namespaces `baseline` covers (its selector matches
+/// them, they are not terminating): each with its namespace, by namespace then policy.
+pub fn holes<N: NamespaceFacts, P: AsRef<NetworkPolicy>>(
+    planner: &Planner<'_, N>,
+    policies: &[P],
+) -> Vec<(String, Hole)> {
+    let covered: std::collections::HashSet<&str> = planner
+        .namespaces
+        .iter()
+        .filter(|ns| !ns.terminating() && planner.selector.matches(ns.labels()))
+        .map(NamespaceFacts::name)
+        .collect();
+    let mut found: Vec<(String, Hole)> = policies
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|policy| {
+            policy
+                .metadata
+                .namespace
+                .as_deref()
+                .is_some_and(|namespace| covered.contains(namespace))
+        })
+        .flat_map(|policy| {
+            let namespace = policy.metadata.namespace.clone().unwrap_or_default();
+            crate::holes::holes(policy)
+                .into_iter()
+                .map(move |hole| (namespace.clone(), hole))
+        })
+        .collect();
+    found.sort_by(|a, b| {
+        (&a.0, &a.1.policy, a.1.direction, a.1.rule).cmp(&(
+            &b.0,
+            &b.1.policy,
+            b.1.direction,
+            b.1.rule,
+        ))
+    });
+    found
+}
+
+/// How many of `namespaces` `selector` matches, terminating ones excluded: the status's
+/// `namespaces`.
+pub fn count_matched<N: NamespaceFacts>(selector: &LabelSelector, namespaces: &[N]) -> u32 {
+    count(
+        namespaces
+            .iter()
+            .filter(|ns| !ns.terminating() && selector.matches(ns.labels()))
+            .count(),
+    )
 }
 
 /// The managed policies of `baseline`, by namespace: those carrying its baseline label, and

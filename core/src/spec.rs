@@ -241,7 +241,17 @@ pub struct NamespaceBaselineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "crd", schemars(extend("format" = "int32")))]
     pub drifted: Option<u32>,
-    /// `Ready` and `Degraded`, in the metav1.Condition shape.
+    /// Managed NetworkPolicies repaired since the baseline was created (deleted, or their
+    /// spec or labels changed, and put back): what an alert on tampering watches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_repairs: Option<u64>,
+    /// Rules of other NetworkPolicies that open the wall in the namespaces it covers, by how
+    /// far they open it (`World`, `Cluster`, `Namespaces`, `Pods`, `Addresses`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holes: Option<BTreeMap<String, u32>>,
+    /// `Ready`, `Degraded`, `Sealed` (no hole to the world or the whole cluster) and
+    /// `DNSReachable` (the DNS door opens onto the DNS Service's endpoints), in the
+    /// metav1.Condition shape.
     #[serde(default)]
     #[cfg_attr(feature = "crd", schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])))]
     pub conditions: Vec<Condition>,

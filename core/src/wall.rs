@@ -116,13 +116,37 @@ fn managed_policy(
     }
 }
 
-/// How an existing managed policy differs from the wall.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a managed policy departed from the wall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Drift {
     /// The spec differs: a rule added, a selector narrowed, a port changed...
     Spec,
     /// A managed label is missing or changed (the spec is intact).
     Labels,
+    /// It was deleted (the reconciler saw it go): re-creating it is a repair, not an install.
+    Deleted,
+}
+
+impl Drift {
+    /// For Events and reports: `spec changed`, `labels changed`, `deleted`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Spec => "spec changed",
+            Self::Labels => "labels changed",
+            Self::Deleted => "deleted",
+        }
+    }
+}
+
+impl Change {
+    /// The change a planned creation becomes when the policy existed and was deleted: the
+    /// same write, reported as the repair of a deletion.
+    pub fn recreating(self) -> Self {
+        match self {
+            Self::Create(policy) => Self::Repair(policy, Drift::Deleted),
+            other => other,
+        }
+    }
 }
 
 /// Whether `actual` has drifted from `desired`, comparing the whole spec (fields another

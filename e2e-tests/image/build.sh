@@ -8,9 +8,8 @@
 #   space-separated, default linux/amd64; linux/arm64 too), built with
 #   `cargo build --release --locked --target <arch>-unknown-linux-musl` (musl-gcc for amd64;
 #   cargo-zigbuild with zig from PyPI's ziglang for arm64, both installed on first use into
-#   ~/.cache/namespace-baseline/), debuginfo stripped (strip = "debuginfo": the symbols stay,
-#   so a backtrace still names functions; a panic message has its file and line anyway) and
-#   paths remapped (no checkout or home directory in the binary, so the same commit gives the
+#   ~/.cache/namespace-baseline/), with the release profile of Cargo.toml (no debuginfo,
+#   symbols kept, so a backtrace still names functions) and paths remapped (no checkout or home directory in the binary, so the same commit gives the
 #   same binary in any checkout), then staged in target/image/linux/<arch>/.
 # image: builds Containerfile for LIST with podman, buildah or docker (CONTAINER_TOOL to
 #   choose), `--timestamp 0` (podman, buildah) so that the same binaries give the same
@@ -95,10 +94,9 @@ build_binary() {
       build=("$CARGO" zigbuild)
       ;;
   esac
-  nsb_say "building the reconciler for $triple (release profile, debuginfo stripped; a cold build takes 5-10 minutes on 2 cores)"
+  nsb_say "building the reconciler for $triple (release profile; a cold build takes 5-10 minutes on 2 cores)"
   t0=$SECONDS
   env ${tool_path:+PATH="$tool_path:$PATH"} \
-    CARGO_PROFILE_RELEASE_STRIP=debuginfo \
     "CARGO_TARGET_${env_triple}_RUSTFLAGS=--remap-path-prefix=$ROOT=/namespace-baseline --remap-path-prefix=$cargo_home=/cargo" \
     "${build[@]}" -p namespace-baseline-reconciler --bin namespace-baseline-reconciler \
     --release --locked --target "$triple"
@@ -127,6 +125,12 @@ build_binary() {
 }
 
 if [[ $mode == binaries ]]; then
+  # Only this build's platforms stay staged: a binary left from another build would be sent
+  # with the build context and could be taken for a current one.
+  for staged_dir in "$NSB_IMAGE_DIR"/linux/*/; do
+    [[ -d "$staged_dir" ]] || continue
+    [[ " ${platform_list[*]} " == *" linux/$(basename "$staged_dir") "* ]] || rm -rf "$staged_dir"
+  done
   for p in "${platform_list[@]}"; do build_binary "$(nsb_arch "$p")"; done
   exit 0
 fi
@@ -154,10 +158,13 @@ case "$tool" in
     # Reproducible: every timestamp 0 (image, history, files), and no intermediate images,
     # whose ids (with real times in them) would end up in the history.
     repro=(--timestamp 0 --layers=false)
+    # The name is taken from an older image or manifest list of that name (a list left by a
+    # multi-platform build would otherwise keep the name, and reference instances that a
+    # later build of the same image replaces).
+    "$tool" manifest rm "$image" >/dev/null 2>&1 || true
+    "$tool" rmi "$image" >/dev/null 2>&1 || true
     if [[ $multi == 1 ]]; then
-      # A manifest list of one image per platform; an old list of the same name is replaced.
-      "$tool" manifest rm "$image" >/dev/null 2>&1 || true
-      "$tool" rmi "$image" >/dev/null 2>&1 || true
+      # A manifest list of one image per platform.
       "${build[@]}" "${common[@]}" "${repro[@]}" --platform "$platform_arg" --manifest "$image" .
       "$tool" manifest push --all "$image" "oci-archive:$oci_archive:$image"
     else
@@ -165,7 +172,9 @@ case "$tool" in
       "$tool" push "$image" "oci-archive:$oci_archive:$image"
       "$tool" push "$image" "docker-archive:$docker_archive:$image"
     fi
-    if [[ $tool == podman ]]; then
+    if [[ $multi == 1 ]]; then
+      image_id="" # a manifest list: its digest is in the archive's index.json
+    elif [[ $tool == podman ]]; then
       image_id="$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
     else
       image_id="$(buildah inspect --type image --format '{{.FromImageID}}' "$image" 2>/dev/null || true)"

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # the settings are used by the scripts that source this
 # Shared settings and helpers of the test node (build.sh, start.sh, stop.sh). Source, don't run.
 # Reuses the control plane's helpers (logging, PID-checked stop, launch scripts).
 

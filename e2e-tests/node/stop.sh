@@ -7,7 +7,9 @@
 # state dir unless KEEP_STATE=1. Safe to run twice, or on a half-started node.
 #
 # Usage: [KEEP_STATE=1] stop.sh STATE_DIR
-set -euo pipefail
+# No `set -e`: a step that fails (a process already gone, a cgroup vanishing while read) must
+# not stop the rest of the teardown.
+set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NSB_LOG_PREFIX=node
 # shellcheck source=lib.sh
@@ -34,7 +36,7 @@ kill_cgroup_tree() {
   while IFS= read -r f; do
     while IFS= read -r pid; do
       [[ -n "$pid" ]] && kill "-$sig" "$pid" 2>/dev/null || true
-    done <"$f"
+    done < <(cat "$f" 2>/dev/null)
   done < <(find "/sys/fs/cgroup/pids$CGROUP_ROOT" -name cgroup.procs 2>/dev/null)
 }
 cgroup_tree_empty() {

@@ -27,6 +27,10 @@ pub struct Fixture {
     /// The NamespaceBaseline objects the host capabilities list.
     #[serde(default)]
     pub baselines: Vec<Value>,
+    /// The Namespace objects the host capabilities get by name (the holes check); a name not
+    /// among them is not found.
+    #[serde(default)]
+    pub namespaces: Vec<Value>,
     /// When set, the Kubernetes host capabilities fail with this message.
     #[serde(default)]
     pub host_error: Option<String>,
@@ -51,6 +55,10 @@ pub struct Expect {
     /// How many host capability calls (logging excluded) `validate` must make.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_calls: Option<usize>,
+    /// One substring per warning the response must carry, in order. Empty (the default): the
+    /// response carries no warning.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings_contain: Vec<String>,
 }
 
 fn empty_object() -> Value {
@@ -98,6 +106,13 @@ impl Fixture {
     /// Whether the settings turn on context-aware mode.
     pub fn context_aware(&self) -> bool {
         self.settings.get("contextAware") == Some(&Value::Bool(true))
+    }
+
+    /// The Namespace named `name` among [`Fixture::namespaces`].
+    pub fn namespace(&self, name: &str) -> Option<&Value> {
+        self.namespaces
+            .iter()
+            .find(|namespace| namespace["metadata"]["name"] == name)
     }
 
     pub fn verdict(&self) -> Verdict {
@@ -179,8 +194,10 @@ mod tests {
         let fixture = Fixture::parse(
             "x",
             r#"{"description": "d", "settings": {"contextAware": true}, "baselines": [{}],
+                "namespaces": [{"metadata": {"name": "team-a"}}],
                 "hostError": "boom", "request": {"uid": "1"},
-                "expect": {"allowed": false, "messageContains": "m", "hostCalls": 1}}"#,
+                "expect": {"allowed": false, "messageContains": "m", "hostCalls": 1,
+                           "warningsContain": ["w"]}}"#,
         )
         .expect("parses");
         assert_eq!(fixture.name, "x");
@@ -188,6 +205,9 @@ mod tests {
         assert!(fixture.expect.settings_valid);
         assert_eq!(fixture.host_error.as_deref(), Some("boom"));
         assert_eq!(fixture.expect.host_calls, Some(1));
+        assert_eq!(fixture.expect.warnings_contain, ["w"]);
+        assert!(fixture.namespace("team-a").is_some());
+        assert!(fixture.namespace("team-b").is_none());
         assert_eq!(fixture.verdict(), Verdict::Denied);
         assert_eq!(fixture.expected(), "reject");
     }
@@ -199,6 +219,8 @@ mod tests {
         assert_eq!(fixture.settings, serde_json::json!({}));
         assert_eq!(fixture.request, serde_json::json!({}));
         assert!(fixture.baselines.is_empty());
+        assert!(fixture.namespaces.is_empty());
+        assert!(fixture.expect.warnings_contain.is_empty());
         assert!(!fixture.context_aware());
         assert_eq!(fixture.verdict(), Verdict::Allowed);
     }

@@ -1,7 +1,7 @@
 //! Shared by the fuzz targets: a host stand-in and the invariants every verdict keeps.
 
 use namespace_baseline_core::admission::{
-    AdmissionRequest, BaselineSource, CONTROL_PLANE_USERS, LiveBaseline, Verdict,
+    AdmissionRequest, BaselineSource, CONTROL_PLANE_USERS, LiveBaseline, ObjectView, Verdict,
 };
 use namespace_baseline_core::identity::reconciler_username;
 
@@ -29,6 +29,17 @@ impl BaselineSource for Host {
             })
             .collect())
     }
+
+    /// Every namespace is walled by the first baseline (or cannot be read).
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        if self.fail {
+            return Err("injected host failure".into());
+        }
+        let mut view = ObjectView::default();
+        view.metadata.name = name.to_owned();
+        view.metadata.labels.insert("baseline".into(), "guarded".into());
+        Ok(view)
+    }
 }
 
 /// Properties that hold for every request, whatever its content.
@@ -46,6 +57,12 @@ pub fn check_invariants(payload: &[u8], verdict: &Result<Verdict, String>) {
     }
     if !request.is_network_policy() && !request.is_namespace() {
         assert_eq!(*verdict, Verdict::Allow, "a kind the policy does not guard was denied");
+    }
+    if !verdict.warnings().is_empty() {
+        let warns = request.is_network_policy()
+            && matches!(request.operation.as_str(), "CREATE" | "UPDATE")
+            && value["settings"]["holes"] != "Ignore";
+        assert!(warns, "only a NetworkPolicy CREATE or UPDATE may warn, and not with holes: Ignore");
     }
     if request.is_namespace() {
         let labels = |o: &Option<namespace_baseline_core::admission::ObjectView>| {

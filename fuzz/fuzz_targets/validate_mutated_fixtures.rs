@@ -5,6 +5,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use namespace_baseline_formats::fixture::Fixture;
 use serde_json::{Value, json};
 
 #[path = "common.rs"]
@@ -192,13 +193,13 @@ fn apply(payload: &mut Value, mutation: &Mutation) {
 }
 
 fuzz_target!(|input: Input| {
-    let fixture: Value = match serde_json::from_str(
-        fixtures::FIXTURES[usize::from(input.fixture) % fixtures::FIXTURES.len()],
-    ) {
+    // Read as every fixture is read (namespace_baseline_formats::fixture).
+    let text = fixtures::FIXTURES[usize::from(input.fixture) % fixtures::FIXTURES.len()];
+    let fixture = match Fixture::parse("embedded", text) {
         Ok(fixture) => fixture,
         Err(_) => return,
     };
-    let mut payload = json!({"settings": fixture["settings"], "request": fixture["request"]});
+    let mut payload = json!({"settings": fixture.settings, "request": fixture.request});
     for mutation in input.mutations.iter().take(16) {
         apply(&mut payload, mutation);
     }

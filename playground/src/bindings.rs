@@ -8,13 +8,26 @@ use crate::{EvaluateInput, to_json};
 
 /// [`crate::evaluate()`] as JSON (an [`crate::Evaluation`]).
 #[wasm_bindgen(js_name = evaluate)]
-pub fn evaluate(settings: &str, baselines: &str, host_error: &str, request: &str) -> String {
+pub fn evaluate(
+    settings: &str,
+    baselines: &str,
+    host_error: &str,
+    objects: &str,
+    request: &str,
+) -> String {
     to_json(&crate::evaluate(&EvaluateInput {
         settings,
         baselines,
         host_error,
+        objects,
         request,
     }))
+}
+
+/// [`crate::inspect_cluster()`] as JSON (a [`crate::ClusterView`]).
+#[wasm_bindgen(js_name = inspectCluster)]
+pub fn inspect_cluster(baselines: &str, objects: &str) -> String {
+    to_json(&crate::inspect_cluster(baselines, objects))
 }
 
 /// [`crate::render_wall()`] as JSON (a [`crate::WallView`]).

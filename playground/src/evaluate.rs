@@ -1,14 +1,18 @@
 //! A request against settings and NamespaceBaselines, decided by the policy's own code:
 //! the settings go through [`admission::check_settings`] (the policy's `validate_settings`)
 //! and the request through [`admission::evaluate`] (the policy's `validate`), with the
-//! baselines a static list instead of the policy-server's host capabilities.
+//! baselines and the Namespaces of the editors instead of the policy-server's host
+//! capabilities.
 
 use std::cell::Cell;
 
-use namespace_baseline_core::admission::{self, AdmissionRequest, BaselineSource, LiveBaseline};
+use namespace_baseline_core::admission::{
+    self, AdmissionRequest, BaselineSource, LiveBaseline, ObjectView,
+};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use crate::cluster::{cluster_objects, of_kind};
 use crate::document;
 use crate::{Field, FieldError};
 
@@ -18,16 +22,18 @@ use crate::{Field, FieldError};
 pub struct EvaluateInput<'a> {
     pub settings: &'a str,
     pub baselines: &'a str,
-    /// When not blank, reading the live baselines fails with this message (what the
-    /// policy-server answers when the API server cannot be reached).
+    /// When not blank, reading the cluster (the live baselines, a Namespace) fails with this
+    /// message (what the policy-server answers when the API server cannot be reached).
     pub host_error: &'a str,
+    /// The cluster objects editor: its Namespaces answer the policy's namespace reads.
+    pub objects: &'a str,
     pub request: &'a str,
 }
 
 #[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum Outcome {
-    /// The policy accepts the request.
+    /// The policy accepts the request (with `warnings`, if any).
     Allowed,
     /// The policy rejects the request (HTTP 403) with `message`.
     Denied,
@@ -44,12 +50,16 @@ pub struct Evaluation {
     pub outcome: Outcome,
     /// The rejection message, or why the settings are invalid.
     pub message: Option<String>,
+    /// The warnings of an accepted request (kubectl prints each as `Warning: ...`).
+    pub warnings: Vec<String>,
     /// The request as a person reads it.
     pub summary: Option<Summary>,
     /// Input problems, each shown next to its editor.
     pub errors: Vec<FieldError>,
     /// How many times the policy asked for the live NamespaceBaselines (host calls).
     pub baseline_reads: usize,
+    /// How many times the policy asked for a Namespace (host calls).
+    pub namespace_reads: usize,
     /// How the inputs were read (e.g. settings taken from the pasted fixture).
     pub notes: Vec<String>,
 }
@@ -138,18 +148,22 @@ impl Summary {
     }
 }
 
-/// The NamespaceBaselines of the playground: a fixed list, or a failure, counting reads.
+/// The cluster of the playground: fixed NamespaceBaselines and Namespaces, or a failure,
+/// counting reads.
 #[derive(Debug, Default)]
-pub struct StaticBaselines {
+pub struct StaticCluster {
     baselines: Vec<LiveBaseline>,
+    namespaces: Vec<ObjectView>,
     failure: Option<String>,
-    reads: Cell<usize>,
+    baseline_reads: Cell<usize>,
+    namespace_reads: Cell<usize>,
 }
 
-impl StaticBaselines {
-    pub fn new(baselines: Vec<LiveBaseline>) -> Self {
+impl StaticCluster {
+    pub fn new(baselines: Vec<LiveBaseline>, namespaces: Vec<ObjectView>) -> Self {
         Self {
             baselines,
+            namespaces,
             ..Self::default()
         }
     }
@@ -161,18 +175,35 @@ impl StaticBaselines {
         }
     }
 
-    pub fn reads(&self) -> usize {
-        self.reads.get()
+    pub fn baseline_reads(&self) -> usize {
+        self.baseline_reads.get()
+    }
+
+    pub fn namespace_reads(&self) -> usize {
+        self.namespace_reads.get()
     }
 }
 
-impl BaselineSource for StaticBaselines {
+impl BaselineSource for StaticCluster {
     fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
-        self.reads.set(self.reads.get() + 1);
+        self.baseline_reads.set(self.baseline_reads.get() + 1);
         match &self.failure {
             Some(message) => Err(message.clone()),
             None => Ok(self.baselines.clone()),
         }
+    }
+
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        self.namespace_reads.set(self.namespace_reads.get() + 1);
+        if let Some(message) = &self.failure {
+            return Err(message.clone());
+        }
+        self.namespaces
+            .iter()
+            .find(|namespace| namespace.metadata.name == name)
+            .cloned()
+            // What the API server answers.
+            .ok_or_else(|| format!("namespaces {name:?} not found"))
     }
 }
 
@@ -227,7 +258,7 @@ fn live_baselines(objects: &[Value]) -> Result<Vec<LiveBaseline>, String> {
         .collect()
 }
 
-fn describe(value: &Value) -> &'static str {
+pub(crate) fn describe(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -311,6 +342,13 @@ pub fn evaluate(input: &EvaluateInput) -> Evaluation {
     } else {
         baseline_objects(input.baselines)
     };
+    // The Namespaces the policy may read: the objects editor's, or the pasted fixture's.
+    let namespaces = if input.objects.trim().is_empty() {
+        carried_field("namespaces", Field::Objects)
+            .map_or(Ok(Vec::new()), |value| namespace_views(&value.to_string()))
+    } else {
+        namespace_views(input.objects)
+    };
     let host_error = if input.host_error.trim().is_empty() {
         carried_field("hostError", Field::HostError)
             .and_then(|value| value.as_str().map(str::to_owned))
@@ -332,15 +370,19 @@ pub fn evaluate(input: &EvaluateInput) -> Evaluation {
     if let Some(Err(message)) = &settings_check {
         error(Field::Settings, message.clone());
     }
-    let source = match baselines.and_then(|objects| live_baselines(&objects)) {
-        Ok(baselines) => match host_error {
-            Some(message) => StaticBaselines::failing(message),
-            None => StaticBaselines::new(baselines),
-        },
-        Err(message) => {
+    let baselines = baselines
+        .and_then(|objects| live_baselines(&objects))
+        .unwrap_or_else(|message| {
             error(Field::Baselines, message);
-            StaticBaselines::default()
-        }
+            Vec::new()
+        });
+    let namespaces = namespaces.unwrap_or_else(|message| {
+        error(Field::Objects, message);
+        Vec::new()
+    });
+    let source = match host_error {
+        Some(message) => StaticCluster::failing(message),
+        None => StaticCluster::new(baselines, namespaces),
     };
     let summary = request.as_ref().map(|request| {
         let raw = serde_json::value::to_raw_value(request).ok();
@@ -350,9 +392,11 @@ pub fn evaluate(input: &EvaluateInput) -> Evaluation {
     let mut evaluation = Evaluation {
         outcome: Outcome::InputError,
         message: None,
+        warnings: Vec::new(),
         summary,
         errors,
         baseline_reads: 0,
+        namespace_reads: 0,
         notes,
     };
     match settings_check {
@@ -372,6 +416,10 @@ pub fn evaluate(input: &EvaluateInput) -> Evaluation {
     let payload = json!({"settings": settings, "request": request});
     match admission::evaluate(payload.to_string().as_bytes(), &source) {
         Ok(admission::Verdict::Allow) => evaluation.outcome = Outcome::Allowed,
+        Ok(admission::Verdict::Warn(warnings)) => {
+            evaluation.outcome = Outcome::Allowed;
+            evaluation.warnings = warnings;
+        }
         Ok(admission::Verdict::Deny(message)) => {
             evaluation.outcome = Outcome::Denied;
             evaluation.message = Some(message);
@@ -381,8 +429,20 @@ pub fn evaluate(input: &EvaluateInput) -> Evaluation {
             message,
         }),
     }
-    evaluation.baseline_reads = source.reads();
+    evaluation.baseline_reads = source.baseline_reads();
+    evaluation.namespace_reads = source.namespace_reads();
     evaluation
+}
+
+/// The Namespaces among the objects of an editor, as the policy reads them.
+fn namespace_views(text: &str) -> Result<Vec<ObjectView>, String> {
+    let objects = cluster_objects(text)?;
+    of_kind(&objects, "Namespace")
+        .map(|(index, object)| {
+            serde_json::from_value(object.clone())
+                .map_err(|error| format!("item {index} (Namespace) cannot be read: {error}"))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -412,8 +472,8 @@ mod tests {
         evaluate(&EvaluateInput {
             settings,
             baselines,
-            host_error: "",
             request,
+            ..EvaluateInput::default()
         })
     }
 
@@ -466,6 +526,7 @@ mod tests {
             baselines,
             host_error: "etcdserver: request timed out",
             request: &request,
+            ..EvaluateInput::default()
         });
         assert_eq!(failing.outcome, Outcome::Denied);
         assert!(failing.message.unwrap().contains("request timed out"));
@@ -553,6 +614,93 @@ mod tests {
         let evaluation = run(policy, "", &namespace_update("guarded", "x", "jane"));
         assert_eq!(evaluation.outcome, Outcome::Denied);
         assert_eq!(evaluation.notes.len(), 1);
+    }
+
+    fn open_policy() -> String {
+        json!({
+            "request": {
+                "uid": "2",
+                "kind": {"group": "networking.k8s.io", "version": "v1", "kind": "NetworkPolicy"},
+                "namespace": "team-a",
+                "operation": "CREATE",
+                "userInfo": {"username": "jane"},
+                "object": {"metadata": {"name": "web", "namespace": "team-a"}, "spec": {"podSelector": {}, "ingress": [{}]}},
+            },
+        })
+        .to_string()
+    }
+
+    const WALLED: &str = "kind: Namespace\nmetadata: {name: team-a, labels: {baseline: guarded}}";
+
+    fn holes(settings: &str, objects: &str, host_error: &str) -> Evaluation {
+        evaluate(&EvaluateInput {
+            settings,
+            objects,
+            host_error,
+            request: &open_policy(),
+            ..EvaluateInput::default()
+        })
+    }
+
+    #[test]
+    fn a_hole_is_judged_with_the_namespaces_of_the_objects_editor() {
+        let warned = holes(GUARDED, WALLED, "");
+        assert_eq!(warned.outcome, Outcome::Allowed, "{warned:?}");
+        assert_eq!(
+            warned.warnings,
+            [
+                "NetworkPolicy web ingress rule 0 opens every port to the whole internet in namespace \"team-a\", walled by the guard label baseline=guarded: name its peers instead (pods, labelled namespaces, or a narrower ipBlock)"
+            ]
+        );
+        assert_eq!((warned.namespace_reads, warned.baseline_reads), (1, 0));
+        let denied = holes(
+            "guardSelectors: [baseline=guarded]\nholes: Deny",
+            WALLED,
+            "",
+        );
+        assert_eq!(denied.outcome, Outcome::Denied);
+        assert!(denied.warnings.is_empty());
+        let missing = holes(GUARDED, "", "");
+        assert_eq!(missing.outcome, Outcome::Allowed);
+        assert!(
+            missing.warnings[0].starts_with("could not check whether namespace \"team-a\" is walled (namespaces \"team-a\" not found)"),
+            "{missing:?}"
+        );
+        let failing = holes(GUARDED, WALLED, "etcdserver: request timed out");
+        assert!(
+            failing.warnings[0].contains("(etcdserver: request timed out)"),
+            "{failing:?}"
+        );
+        let unwalled = holes(GUARDED, "kind: Namespace\nmetadata: {name: team-a}", "");
+        assert_eq!(
+            (unwalled.outcome, unwalled.warnings.len()),
+            (Outcome::Allowed, 0)
+        );
+        let broken = holes(GUARDED, "kind: Namespace\nmetadata: {name: [x]}", "");
+        assert_eq!(broken.outcome, Outcome::InputError);
+        assert_eq!(broken.errors[0].field, Field::Objects);
+        assert!(
+            broken.errors[0]
+                .message
+                .starts_with("item 1 (Namespace) cannot be read")
+        );
+    }
+
+    #[test]
+    fn a_pasted_fixture_brings_its_namespaces() {
+        let mut fixture: Value = serde_json::from_str(&open_policy()).unwrap();
+        fixture["settings"] = json!({"guardSelectors": ["baseline=guarded"], "holes": "Deny"});
+        fixture["namespaces"] = json!([{"kind": "Namespace", "metadata": {"name": "team-a", "labels": {"baseline": "guarded"}}}]);
+        let evaluation = run("", "", &fixture.to_string());
+        assert_eq!(evaluation.outcome, Outcome::Denied, "{evaluation:?}");
+        assert!(
+            evaluation
+                .notes
+                .iter()
+                .any(|note| note.starts_with("objects: taken from the request document")),
+            "{:?}",
+            evaluation.notes
+        );
     }
 
     #[test]

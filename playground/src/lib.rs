@@ -3,22 +3,28 @@
 //!
 //! - [`evaluate()`]: a request against settings and NamespaceBaselines, through the core's
 //!   `admission::check_settings` (the policy's `validate_settings`) and
-//!   `admission::evaluate` (the policy's `validate`), the baselines a static list;
+//!   `admission::evaluate` (the policy's `validate`), the baselines and Namespaces static
+//!   lists;
 //! - [`render_wall()`]: the NetworkPolicies the reconciler installs for a baseline in a
-//!   namespace (the core's `wall::desired_wall`), as YAML.
+//!   namespace (the core's `wall::desired_wall`), as YAML;
+//! - [`inspect_cluster()`]: the holes pasted NetworkPolicies open in walled namespaces (the
+//!   core's `holes`) and each baseline's DNS door against a pasted DNS Service (the core's
+//!   `doors::check_dns_door`).
 //!
 //! Everything here is plain Rust, tested natively; [`bindings`] is the thin wasm-bindgen
 //! layer the page imports. Nothing panics on bad input: every problem is a [`FieldError`]
 //! naming the editor it belongs to.
 
 pub mod bindings;
+pub mod cluster;
 pub mod document;
 pub mod evaluate;
 pub mod wall;
 
 use serde::Serialize;
 
-pub use evaluate::{EvaluateInput, Evaluation, Outcome, StaticBaselines, Summary, evaluate};
+pub use cluster::{ClusterView, DnsView, HoleView, inspect_cluster};
+pub use evaluate::{EvaluateInput, Evaluation, Outcome, StaticCluster, Summary, evaluate};
 pub use wall::{WallView, render_wall};
 
 /// The editors of the page.
@@ -28,6 +34,8 @@ pub enum Field {
     Settings,
     Baselines,
     HostError,
+    /// The cluster objects (Namespaces, NetworkPolicies, the DNS Service...).
+    Objects,
     Request,
     /// The baseline picked for the wall.
     Baseline,
@@ -43,6 +51,7 @@ impl Field {
             Self::Settings => "settings",
             Self::Baselines => "baselines",
             Self::HostError => "host error",
+            Self::Objects => "objects",
             Self::Request => "request",
             Self::Baseline => "baseline",
             Self::Namespace => "namespace",

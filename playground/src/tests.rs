@@ -34,11 +34,13 @@ fn every_fixture_gives_the_verdict_it_expects() {
         let name = &fixture.name;
         let settings = yaml(Some(&fixture.settings));
         let baselines = yaml(Some(&Value::Array(fixture.baselines.clone())));
+        let objects = yaml(Some(&Value::Array(fixture.namespaces.clone())));
         let request = serde_json::to_string_pretty(&fixture.request).unwrap();
         let evaluation = evaluate(&EvaluateInput {
             settings: &settings,
             baselines: &baselines,
             host_error: fixture.host_error.as_deref().unwrap_or(""),
+            objects: &objects,
             request: &request,
         });
         let expected = match fixture.verdict() {
@@ -65,12 +67,24 @@ fn every_fixture_gives_the_verdict_it_expects() {
                 evaluation.message
             ));
         }
+        let reads = evaluation.baseline_reads + evaluation.namespace_reads;
         if let Some(wanted) = fixture.expect.host_calls
-            && wanted != evaluation.baseline_reads
+            && wanted != reads
         {
             failures.push(format!(
-                "{name}: {} baseline reads, expected {wanted}",
-                evaluation.baseline_reads
+                "{name}: {reads} reads of the cluster, expected {wanted}"
+            ));
+        }
+        let expected_warnings = &fixture.expect.warnings_contain;
+        let warned = expected_warnings.len() == evaluation.warnings.len()
+            && expected_warnings
+                .iter()
+                .zip(&evaluation.warnings)
+                .all(|(wanted, warning)| warning.contains(wanted.as_str()));
+        if !warned {
+            failures.push(format!(
+                "{name}: warnings {:?}, expected one containing each of {expected_warnings:?}",
+                evaluation.warnings
             ));
         }
         if expected == Outcome::Allowed && evaluation.message.is_some() {
@@ -87,7 +101,7 @@ fn every_fixture_gives_the_verdict_it_expects() {
 
 #[test]
 fn answers_are_json_the_page_reads() {
-    let answer: Value = serde_json::from_str(&bindings::evaluate("{}", "", "", "{}")).unwrap();
+    let answer: Value = serde_json::from_str(&bindings::evaluate("{}", "", "", "", "{}")).unwrap();
     assert_eq!(answer["outcome"], "settingsInvalid");
     assert_eq!(answer["errors"][0]["field"], "settings");
     let wall: Value = serde_json::from_str(&bindings::render_wall(
@@ -101,6 +115,13 @@ fn answers_are_json_the_page_reads() {
     assert_eq!(yaml["text"], "a:\n- 1\n");
     let broken: Value = serde_json::from_str(&bindings::to_yaml("{\"a\": ")).unwrap();
     assert_eq!(broken["errors"][0]["field"], "document");
+    let cluster: Value = serde_json::from_str(&bindings::inspect_cluster(
+        "metadata: {name: g}\nspec: {namespaceLabel: b}",
+        "kind: Namespace\nmetadata: {name: a, labels: {b: x}}\n---\nkind: NetworkPolicy\nmetadata: {name: p, namespace: a}\nspec: {podSelector: {}, ingress: [{}]}",
+    ))
+    .unwrap();
+    assert_eq!(cluster["holes"][0]["width"], "World");
+    assert_eq!(cluster["holes"][0]["breach"], true);
     assert_eq!(bindings::version(), env!("CARGO_PKG_VERSION"));
 }
 
@@ -125,15 +146,17 @@ fn hostile_text_is_answered_next_to_its_editor() {
     ];
     let mut refused = 0;
     for text in inputs {
-        for (field, settings, baselines, request) in [
-            (Field::Settings, text, "", "{}"),
-            (Field::Baselines, "contextAware: true", text, "{}"),
-            (Field::Request, "contextAware: true", "", text),
+        for (field, settings, baselines, objects, request) in [
+            (Field::Settings, text, "", "", "{}"),
+            (Field::Baselines, "contextAware: true", text, "", "{}"),
+            (Field::Objects, "contextAware: true", "", text, "{}"),
+            (Field::Request, "contextAware: true", "", "", text),
         ] {
             let evaluation = evaluate(&EvaluateInput {
                 settings,
                 baselines,
                 host_error: "",
+                objects,
                 request,
             });
             let case = format!("{field:?} = {text:.40?}: {evaluation:?}");
@@ -157,7 +180,7 @@ fn hostile_text_is_answered_next_to_its_editor() {
             }
             // Text that is neither JSON nor YAML is always refused where it was typed.
             let unreadable = match field {
-                Field::Baselines => document::parse_all(text).is_err(),
+                Field::Baselines | Field::Objects => document::parse_all(text).is_err(),
                 _ => document::parse(text).is_err(),
             };
             if unreadable {
@@ -172,12 +195,33 @@ fn hostile_text_is_answered_next_to_its_editor() {
             );
         }
 
-        // None of these is a namespace name: no wall, an error on the namespace.
-        let wall = render_wall(text, text, text);
-        assert!(wall.yaml.is_none(), "a wall for {text:.40?}: {wall:?}");
+        // The holes and DNS panel answers too, with problems next to the objects editor.
+        let cluster = inspect_cluster("metadata: {name: g}\nspec: {namespaceLabel: b}", text);
         assert!(
-            wall.errors.iter().any(|e| e.field == Field::Namespace),
+            cluster.errors.iter().all(|e| e.field == Field::Objects),
+            "{text:.40?}: {cluster:?}"
+        );
+        if document::parse_all(text).is_err() {
+            assert!(!cluster.errors.is_empty(), "{text:.40?}: {cluster:?}");
+        }
+        serde_json::from_str::<Value>(&to_json(&cluster))
+            .unwrap_or_else(|error| panic!("not JSON ({error}): {text:.40?}"));
+
+        // None of these is a namespace name: no wall, an error on the namespace, even for a
+        // valid baseline (and hostile text as the baselines is refused there too).
+        let wall = render_wall("metadata: {name: g}\nspec: {namespaceLabel: b}", "", text);
+        assert!(
+            wall.yaml.is_none(),
+            "a wall in namespace {text:.40?}: {wall:?}"
+        );
+        assert!(
+            wall.errors.iter().all(|e| e.field == Field::Namespace) && !wall.errors.is_empty(),
             "{text:.40?}: {wall:?}"
+        );
+        let wall = render_wall(text, text, "team-a");
+        assert!(
+            wall.yaml.is_none(),
+            "a wall from baselines {text:.40?}: {wall:?}"
         );
 
         // Converted, or refused as a document; what converts reads back as the same value.

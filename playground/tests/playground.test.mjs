@@ -1,7 +1,8 @@
 // The playground page in headless Chromium (Debian's `chromium`), checked against the e2e
-// runner: every example (one per e2e fixture) must show the verdict and message the e2e
-// runner got from the built policy.wasm for the same fixture. Also: input errors are shown
-// next to their field, the wall renders, and no console error or page error appears.
+// runner: every example (one per e2e fixture) must show the verdict, message and warnings the
+// e2e runner got from the built policy.wasm for the same fixture. Also: input errors are
+// shown next to their field, the wall renders, the holes and the DNS check of pasted cluster
+// objects render, and no console error or page error appears.
 //
 //   node playground.test.mjs --dist playground/dist --report e2e-report.json \
 //     --fixtures e2e-tests/fixtures [--screenshot out.png] [--chromium /usr/bin/chromium]
@@ -130,6 +131,7 @@ page.on("response", (response) => {
 });
 
 const text = (selector) => page.$eval(selector, (element) => element.textContent);
+const texts = (selector) => page.$$eval(selector, (list) => list.map((element) => element.textContent));
 const attribute = (selector, name) => page.getAttribute(selector, name);
 
 async function pick(name) {
@@ -195,18 +197,31 @@ try {
         : message === `HTTP 403: ${runner.message}`;
       if (!same) fail(`${name}: the page says ${JSON.stringify(message)}, the policy said ${JSON.stringify(runner.message)}`);
     }
+    // Warnings: the policy's own; with a failing host capability the policy's carry the
+    // host's words around the error, so both must hold what the fixture expects.
+    const warnings = await texts("#verdict-warnings li");
+    const runnerWarnings = runner.warnings ?? [];
+    if (fixture.hostError) {
+      const wanted = fixture.expect.warningsContain ?? [];
+      const holds = (list) => list.length === wanted.length && wanted.every((w, i) => list[i].includes(w));
+      if (!holds(warnings) || !holds(runnerWarnings)) {
+        fail(`${name}: the page warns ${JSON.stringify(warnings)}, the policy warned ${JSON.stringify(runnerWarnings)}, the fixture expects ${JSON.stringify(wanted)}`);
+      }
+    } else if (JSON.stringify(warnings) !== JSON.stringify(runnerWarnings)) {
+      fail(`${name}: the page warns ${JSON.stringify(warnings)}, the policy warned ${JSON.stringify(runnerWarnings)}`);
+    }
     if (outcome === "settingsInvalid") {
       const shown = await text("#settings-error");
       if (shown !== runner.message) {
         fail(`${name}: next to the settings the page says ${JSON.stringify(shown)}, validate_settings said ${JSON.stringify(runner.message)}`);
       }
     } else {
-      for (const field of ["settings", "baselines", "host-error", "request"]) {
+      for (const field of ["settings", "baselines", "host-error", "objects", "request"]) {
         const shown = await text(`#${field}-error`);
         if (shown) fail(`${name}: an error is shown next to ${field}: ${shown}`);
       }
-      const reads = Number(await attribute("#verdict", "data-baseline-reads"));
-      if (reads !== runner.hostCalls) fail(`${name}: the page read the baselines ${reads} times, the policy made ${runner.hostCalls} host calls`);
+      const reads = Number(await attribute("#verdict", "data-host-calls"));
+      if (reads !== runner.hostCalls) fail(`${name}: the page read the cluster ${reads} times, the policy made ${runner.hostCalls} host calls`);
     }
     const summary = await text("#summary");
     if (!summary) fail(`${name}: no request summary shown`);
@@ -265,6 +280,64 @@ try {
   await page.fill("#baselines", "metadata: {name: broken}\nspec: {namespaceLabel: 'a!=b'}");
   await waitForText("#wall-baseline-error", "installs no wall");
 
+  // A holes example shows its warning, and its Namespace in the cluster objects.
+  await pick("holes-warn-every-namespace");
+  if ((await texts("#verdict-warnings li")).length !== 1) fail("holes-warn-every-namespace: not exactly one warning shown");
+  if (!(await page.inputValue("#objects")).includes("baseline: guarded")) {
+    fail("holes-warn-every-namespace: the fixture's Namespace is not in the cluster objects editor");
+  }
+
+  // The holes of pasted NetworkPolicies in the namespaces a baseline walls.
+  const GUARDED = "apiVersion: hedronite.io/v1alpha1\nkind: NamespaceBaseline\nmetadata: {name: guarded}\nspec: {namespaceLabel: baseline=guarded}";
+  await page.fill("#baselines", GUARDED);
+  await page.fill("#objects", [
+    "kind: Namespace", "apiVersion: v1", "metadata: {name: team-a, labels: {baseline: guarded}}",
+    "---",
+    "kind: Namespace", "apiVersion: v1", "metadata: {name: team-b}",
+    "---",
+    "kind: NetworkPolicy", "apiVersion: networking.k8s.io/v1", "metadata: {name: open, namespace: team-a}",
+    "spec: {podSelector: {}, ingress: [{}, {from: [{podSelector: {matchLabels: {app: lb}}}], ports: [{port: 80}]}]}",
+    "---",
+    "kind: NetworkPolicy", "apiVersion: networking.k8s.io/v1", "metadata: {name: elsewhere, namespace: team-b}",
+    "spec: {podSelector: {}, ingress: [{}]}",
+  ].join("\n"));
+  if (await waitForText("#holes-list", "NetworkPolicy open ingress rule 0 opens every port to the whole internet in namespace team-a")) {
+    const holes = await page.$$eval("#holes-list li", (list) => list.map((li) => [li.dataset.width, li.dataset.breach]));
+    if (JSON.stringify(holes) !== JSON.stringify([["World", "true"], ["Pods", "false"]])) {
+      fail(`the holes list shows ${JSON.stringify(holes)}, expected a World breach and a narrow Pods hole`);
+    }
+    if ((await text("#holes-list")).includes("elsewhere")) fail("a policy in an unwalled namespace is listed as a hole");
+  }
+
+  // The DNS door against a pasted OpenShift-shaped DNS Service: the port is wrong, then fixed.
+  const openshift = (ports) => [
+    "apiVersion: hedronite.io/v1alpha1", "kind: NamespaceBaseline", "metadata: {name: openshift}", "spec:",
+    "  namespaceLabel: baseline=guarded",
+    "  dns: {service: openshift-dns/dns-default, namespace: openshift-dns, podLabels: {dns.operator.openshift.io/daemonset-dns: default}" + ports + "}",
+  ].join("\n");
+  await page.fill("#objects", [
+    "kind: Service", "apiVersion: v1", "metadata: {name: dns-default, namespace: openshift-dns}",
+    "---",
+    "kind: EndpointSlice", "apiVersion: discovery.k8s.io/v1",
+    "metadata: {name: dns-default-x1, namespace: openshift-dns, labels: {kubernetes.io/service-name: dns-default}}",
+    "addressType: IPv4",
+    "endpoints: [{addresses: [10.128.0.10], conditions: {ready: true}, targetRef: {kind: Pod, namespace: openshift-dns, name: dns-default-abcde}}]",
+    "ports: [{name: dns, protocol: UDP, port: 5353}, {name: dns-tcp, protocol: TCP, port: 5353}]",
+    "---",
+    "kind: Pod", "apiVersion: v1", "metadata: {name: dns-default-abcde, namespace: openshift-dns, labels: {dns.operator.openshift.io/daemonset-dns: default}}",
+  ].join("\n"));
+  await page.fill("#baselines", openshift(""));
+  if (await waitForText("#dns-list", "PortMismatch")) {
+    if (await attribute("#dns-list li", "data-reachable") !== "false") fail("a mismatched DNS door is not shown as unreachable");
+    await waitForText("#dns-list", "listen on TCP 5353, UDP 5353 but the door opens UDP 53, TCP 53");
+  }
+  await page.fill("#baselines", openshift(", ports: [{protocol: UDP, port: 5353}, {protocol: TCP, port: 5353}]"));
+  if (await waitForText("#dns-list", "EndpointsInsideDoor")) {
+    if (await attribute("#dns-list li", "data-reachable") !== "true") fail("a fixed DNS door is not shown as reachable");
+  }
+  await page.fill("#objects", "kind: Namespace\nmetadata: {name: [a]}");
+  await waitForText("#objects-error", "cannot be read");
+
   // The screenshot for README.md: a denied example with a baseline, hence a wall.
   if (args.screenshot) {
     const shown = "ca-namespace-leaves-live-baseline";
@@ -285,6 +358,6 @@ try {
     for (const failure of failures) console.error(`- ${failure}`);
     process.exitCode = 1;
   } else {
-    console.log(`playground-tests: ${checked} examples checked in headless Chromium ${version}: every verdict and message is the e2e runner's; input errors, the wall and the console checked`);
+    console.log(`playground-tests: ${checked} examples checked in headless Chromium ${version}: every verdict, message and warning is the e2e runner's; input errors, the wall, the holes, the DNS check and the console checked`);
   }
 }

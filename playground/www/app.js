@@ -2,7 +2,7 @@
 // shows its answers. Every answer is JSON with an `errors` list naming the editor each
 // problem belongs to; nothing here decides anything.
 
-import init, { evaluate, renderWall, toYaml, version } from "./pkg/namespace_baseline_playground.js";
+import init, { evaluate, inspectCluster, renderWall, toYaml, version } from "./pkg/namespace_baseline_playground.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -10,6 +10,7 @@ const FIELDS = {
   settings: "settings",
   baselines: "baselines",
   hostError: "host-error",
+  objects: "objects",
   request: "request",
   baseline: "wall-baseline",
   namespace: "wall-namespace",
@@ -59,29 +60,69 @@ function fillList(list, items) {
 }
 
 function runEvaluation() {
-  const answer = call(evaluate, $("settings").value, $("baselines").value, $("host-error").value, $("request").value);
+  const answer = call(evaluate, $("settings").value, $("baselines").value, $("host-error").value, $("objects").value, $("request").value);
   showErrors(["settings", "baselines", "hostError", "request"], answer.errors ?? []);
   const verdict = $("verdict");
   verdict.dataset.outcome = answer.outcome;
-  verdict.dataset.baselineReads = String(answer.baselineReads ?? 0);
+  verdict.dataset.hostCalls = String((answer.baselineReads ?? 0) + (answer.namespaceReads ?? 0));
   $("verdict-title").textContent = TITLES[answer.outcome] ?? answer.outcome;
   $("summary").textContent = answer.summary?.text ?? "";
   let message = answer.message ?? "";
-  if (answer.outcome === "allowed") message = "The policy accepts this request.";
+  const warnings = answer.outcome === "allowed" ? (answer.warnings ?? []) : [];
+  if (answer.outcome === "allowed") {
+    message = warnings.length === 0 ? "The policy accepts this request."
+      : `The policy accepts this request, with ${warnings.length === 1 ? "a warning" : `${warnings.length} warnings`} (kubectl prints each):`;
+  }
   if (answer.outcome === "denied") message = `HTTP 403: ${message}`;
   if (answer.outcome === "settingsInvalid") {
     message = `The policy-server would refuse to load the policy with these settings: ${message}`;
   }
   if (answer.outcome === "inputError") message = "Fix the fields marked in red.";
   $("verdict-message").textContent = message;
+  fillList($("verdict-warnings"), warnings);
   const notes = [...(answer.notes ?? [])];
   if (answer.outcome === "allowed" || answer.outcome === "denied") {
+    const times = (count) => `${count} time${count === 1 ? "" : "s"}`;
     const reads = answer.baselineReads ?? 0;
     notes.push(reads === 0
       ? "The policy did not read the live NamespaceBaselines."
-      : `The policy read the live NamespaceBaselines ${reads} time${reads === 1 ? "" : "s"}.`);
+      : `The policy read the live NamespaceBaselines ${times(reads)}.`);
+    const namespaceReads = answer.namespaceReads ?? 0;
+    if (namespaceReads > 0) notes.push(`The policy read the request's Namespace ${times(namespaceReads)} (the holes check).`);
   }
   fillList($("verdict-notes"), notes);
+  return answer;
+}
+
+function item(className, badge, text, data) {
+  const entry = document.createElement("li");
+  if (className) entry.className = className;
+  for (const [key, value] of Object.entries(data ?? {})) entry.dataset[key] = String(value);
+  if (badge) {
+    const mark = document.createElement("span");
+    mark.className = "width";
+    mark.textContent = badge;
+    entry.append(mark);
+  }
+  entry.append(text);
+  return entry;
+}
+
+function runCluster() {
+  const answer = call(inspectCluster, $("baselines").value, $("objects").value);
+  const holes = answer.holes ?? [];
+  $("holes-list").replaceChildren(...(holes.length
+    ? holes.map((hole) => item("", hole.width,
+      `${hole.text} in namespace ${hole.namespace} (walled by NamespaceBaseline ${hole.baseline})`,
+      { breach: hole.breach, width: hole.width }))
+    : [item("none", "", "None in a walled namespace.")]));
+  const checks = answer.dns ?? [];
+  $("dns-list").replaceChildren(...(checks.length
+    ? checks.map((check) => item("", check.reachable ? "DNSReachable" : "not reachable",
+      `NamespaceBaseline ${check.baseline}, Service ${check.service}: ${check.reason}: ${check.message}`,
+      { reachable: check.reachable, reason: check.reason }))
+    : [item("none", "", "Not checked.")]));
+  fillList($("cluster-notes"), answer.notes ?? []);
   return answer;
 }
 
@@ -118,8 +159,13 @@ function runWall() {
 }
 
 function runAll() {
-  runEvaluation();
+  const evaluation = runEvaluation();
   runWall();
+  const cluster = runCluster();
+  // Both read the objects editor: show each problem once.
+  const problems = [...(evaluation.errors ?? []), ...(cluster.errors ?? [])].filter((e) => e.field === "objects");
+  const unique = problems.filter((e, index) => problems.findIndex((other) => other.message === e.message) === index);
+  showErrors(["objects"], unique);
 }
 
 function yamlOf(value) {
@@ -134,6 +180,8 @@ function describeExpectation(expect) {
   if (expect.settingsValid === false) text = "settings invalid";
   else text = expect.allowed ? "allowed" : "denied";
   if (expect.messageContains) text += ` (message contains “${expect.messageContains}”)`;
+  const warnings = expect.warningsContain ?? [];
+  if (warnings.length) text += `, with ${warnings.length === 1 ? "a warning" : `${warnings.length} warnings`} (${warnings.map((w) => `“${w}”`).join(", ")})`;
   return `The e2e fixture expects: ${text}.`;
 }
 
@@ -150,6 +198,7 @@ function loadExample(name) {
   $("settings").value = yamlOf(example.settings ?? {});
   $("baselines").value = yamlOf(example.baselines);
   $("host-error").value = example.hostError ?? "";
+  $("objects").value = yamlOf(example.namespaces);
   $("request").value = JSON.stringify(example.request ?? {}, null, 2);
   $("example-description").textContent = example.description ?? "";
   $("example-expect").textContent = describeExpectation(example.expect);
@@ -211,7 +260,7 @@ async function main() {
   $("version").textContent = version();
   await loadExamples();
   const later = debounce(runAll, 250);
-  for (const id of ["settings", "baselines", "host-error", "request"]) $(id).addEventListener("input", later);
+  for (const id of ["settings", "baselines", "host-error", "objects", "request"]) $(id).addEventListener("input", later);
   $("wall-namespace").addEventListener("input", debounce(runWall, 250));
   $("wall-baseline").addEventListener("change", runWall);
   $("example").addEventListener("change", (event) => loadExample(event.target.value));

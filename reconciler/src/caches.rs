@@ -1,40 +1,73 @@
 //! The watch caches a reconcile reads the cluster from, and what they keep of each object.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::Store;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
+use namespace_baseline_core::doors::SERVICE_NAME_LABEL;
+use namespace_baseline_core::identity::claims_management;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::info;
 
 use crate::error::{Error, Result};
+use crate::scope::{Dirty, PolicyIndex};
 use crate::state::State;
+
+/// A namespace as the reconciler watches it: its metadata only (name, labels, deletion).
+pub type NamespaceMeta = PartialObjectMeta<Namespace>;
 
 /// The watch caches a reconcile reads the cluster from: no LIST or GET on the hot path.
 #[derive(Clone)]
 pub struct Caches {
-    pub namespaces: Store<Namespace>,
-    /// Only policies carrying the managed-by label.
+    pub namespaces: Store<NamespaceMeta>,
+    /// Every NetworkPolicy: the managed ones are the wall, the others may open holes in it.
     pub policies: Store<NetworkPolicy>,
+    /// The DNS namespace's Services, EndpointSlices and pods, for the `DNSReachable` check
+    /// (`None`: not checked).
+    pub dns: Option<DnsCaches>,
+    /// Managed policies seen deleted by someone else, until they are re-created.
+    pub tombstones: Tombstones,
+    /// The policies' names by namespace, for scoped reconciles.
+    pub index: PolicyIndex,
+    /// What the triggers marked for the next reconcile of each baseline.
+    pub dirty: Dirty,
     /// Turns `true` once every watch has completed its first list.
     synced: watch::Receiver<bool>,
 }
 
 impl Caches {
     pub fn new(
-        namespaces: Store<Namespace>,
+        namespaces: Store<NamespaceMeta>,
         policies: Store<NetworkPolicy>,
+        dns: Option<DnsCaches>,
         synced: watch::Receiver<bool>,
     ) -> Self {
         Self {
             namespaces,
             policies,
+            dns,
+            tombstones: Tombstones::default(),
+            index: PolicyIndex::default(),
+            dirty: Dirty::default(),
             synced,
         }
+    }
+
+    /// The labels of a cached namespace.
+    pub fn namespace_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.namespaces
+            .get(&ObjectRef::new(name))
+            .map(|namespace| namespace.metadata.labels.clone().unwrap_or_default())
     }
 
     /// Waits for the first list of every watch: acting on an empty cache would read as "no
@@ -50,10 +83,205 @@ impl Caches {
     }
 }
 
+/// The Services (metadata), EndpointSlices and pods (metadata) of the one namespace the
+/// cluster's DNS runs in (`--dns-namespace`). Listed apart from the wall's caches: a DNS
+/// namespace the reconciler may not read (RBAC) leaves `DNSReachable` Unknown, never the wall
+/// unattended.
+#[derive(Clone)]
+pub struct DnsCaches {
+    pub namespace: String,
+    pub services: Store<PartialObjectMeta<Service>>,
+    pub slices: Store<EndpointSlice>,
+    pub pods: Store<PartialObjectMeta<Pod>>,
+    listed: Arc<[AtomicBool; 3]>,
+}
+
+/// The objects of one watch, as it touches them.
+pub type Touched<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// The DNS namespace's watches, and the caches they fill.
+pub struct DnsWatches {
+    pub caches: DnsCaches,
+    pub services: Touched<PartialObjectMeta<Service>>,
+    pub slices: Touched<EndpointSlice>,
+    pub pods: Touched<PartialObjectMeta<Pod>>,
+}
+
+impl DnsWatches {
+    /// The three watches of `namespace` (not yet polled).
+    pub fn new(client: &kube::Client, namespace: &str) -> Self {
+        use futures::{StreamExt as _, TryStreamExt as _};
+        use kube::Api;
+        use kube::runtime::WatchStreamExt as _;
+
+        let (services, service_writer) = reflector::store::<PartialObjectMeta<Service>>();
+        let (slices, slice_writer) = reflector::store::<EndpointSlice>();
+        let (pods, pod_writer) = reflector::store::<PartialObjectMeta<Pod>>();
+        let listed: Arc<[AtomicBool; 3]> = Arc::default();
+        let config = || watcher::Config::default().any_semantic();
+        let observe = |index: usize| {
+            let listed = listed.clone();
+            move |init_done: bool| {
+                if init_done {
+                    listed[index].store(true, Ordering::Release);
+                }
+            }
+        };
+        let (on_service, on_slice, on_pod) = (observe(0), observe(1), observe(2));
+        DnsWatches {
+            caches: DnsCaches {
+                namespace: namespace.to_owned(),
+                services,
+                slices,
+                pods,
+                listed: listed.clone(),
+            },
+            services: watcher(Api::namespaced(client.clone(), namespace), config())
+                .backoff(crate::retry::WatchBackoff::default())
+                .reflect(service_writer)
+                .inspect_ok(move |event| on_service(matches!(event, watcher::Event::InitDone)))
+                .touched_objects()
+                .boxed(),
+            slices: watcher(Api::namespaced(client.clone(), namespace), config())
+                .backoff(crate::retry::WatchBackoff::default())
+                .reflect(slice_writer)
+                .inspect_ok(move |event| on_slice(matches!(event, watcher::Event::InitDone)))
+                .touched_objects()
+                .boxed(),
+            pods: watcher(Api::namespaced(client.clone(), namespace), config())
+                .backoff(crate::retry::WatchBackoff::default())
+                .reflect(pod_writer)
+                .inspect_ok(move |event| on_pod(matches!(event, watcher::Event::InitDone)))
+                .touched_objects()
+                .boxed(),
+        }
+    }
+}
+
+impl DnsCaches {
+    /// Caches holding these objects, listed (for `plan` and the tests).
+    pub fn of(
+        namespace: &str,
+        services: Store<PartialObjectMeta<Service>>,
+        slices: Store<EndpointSlice>,
+        pods: Store<PartialObjectMeta<Pod>>,
+    ) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            services,
+            slices,
+            pods,
+            listed: Arc::new([const { AtomicBool::new(true) }; 3]),
+        }
+    }
+
+    /// Whether all three watches have completed their first list.
+    pub fn is_listed(&self) -> bool {
+        self.listed
+            .iter()
+            .all(|listed| listed.load(Ordering::Acquire))
+    }
+
+    pub fn service_exists(&self, name: &str) -> bool {
+        self.services
+            .get(&ObjectRef::new(name).within(&self.namespace))
+            .is_some()
+    }
+
+    /// The EndpointSlices of the Service `name`.
+    pub fn slices_of(&self, name: &str) -> Vec<Arc<EndpointSlice>> {
+        self.slices
+            .state()
+            .into_iter()
+            .filter(|slice| {
+                slice
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
+                    .is_some_and(|service| service == name)
+            })
+            .collect()
+    }
+
+    pub fn pod_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.pods
+            .get(&ObjectRef::new(name).within(&self.namespace))
+            .map(|pod| pod.metadata.labels.clone().unwrap_or_default())
+    }
+}
+
+/// How long a tombstone is kept: a deleted policy not re-created by then (its namespace
+/// went away, or left the baseline) is forgotten.
+const TOMBSTONE_LIFETIME: Duration = Duration::from_secs(600);
+
+/// Managed policies the reconciler saw deleted by someone else: when it re-creates one, that
+/// is the repair of a deletion (an Event `DriftRepaired`, the drift repair counter), not an
+/// install. Its own deletions (pruning under `deletionPolicy: Delete`) are announced first
+/// and leave no tombstone.
+#[derive(Clone, Default)]
+pub struct Tombstones {
+    inner: Arc<Mutex<TombstoneSets>>,
+}
+
+#[derive(Default)]
+struct TombstoneSets {
+    buried: HashMap<(String, String), Instant>,
+    expected: HashSet<(String, String)>,
+}
+
+fn key(namespace: &str, name: &str) -> (String, String) {
+    (namespace.to_owned(), name.to_owned())
+}
+
+impl Tombstones {
+    fn sets(&self) -> std::sync::MutexGuard<'_, TombstoneSets> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A watch saw `policy` deleted.
+    pub fn deleted(&self, policy: &NetworkPolicy) {
+        let managed = policy
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(claims_management);
+        let (Some(namespace), Some(name), true) =
+            (&policy.metadata.namespace, &policy.metadata.name, managed)
+        else {
+            return;
+        };
+        let key = key(namespace, name);
+        let mut sets = self.sets();
+        if sets.expected.remove(&key) {
+            return;
+        }
+        let now = Instant::now();
+        sets.buried
+            .retain(|_, at| now.duration_since(*at) < TOMBSTONE_LIFETIME);
+        sets.buried.insert(key, now);
+    }
+
+    /// The reconciler is about to delete this policy itself.
+    pub fn expect_deletion(&self, namespace: &str, name: &str) {
+        self.sets().expected.insert(key(namespace, name));
+    }
+
+    /// Whether this policy was seen deleted by someone else; forgets it.
+    pub fn take(&self, namespace: &str, name: &str) -> bool {
+        self.sets().buried.remove(&key(namespace, name)).is_some()
+    }
+
+    /// Whether this policy was seen deleted by someone else (and not re-created since).
+    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+        self.sets().buried.contains_key(&key(namespace, name))
+    }
+}
+
 /// Which watches have completed their first list; says so on a channel (and in the health
 /// state) once all have.
 pub(crate) struct ListTracker {
-    listed: [AtomicBool; 3],
+    listed: [AtomicBool; Self::WATCHES],
     synced: watch::Sender<bool>,
     state: Arc<State>,
 }
@@ -62,6 +290,7 @@ impl ListTracker {
     pub const BASELINES: usize = 0;
     pub const NAMESPACES: usize = 1;
     pub const POLICIES: usize = 2;
+    const WATCHES: usize = 3;
 
     pub fn new(state: Arc<State>) -> (Arc<Self>, watch::Receiver<bool>) {
         let (synced, receiver) = watch::channel(false);
@@ -93,22 +322,39 @@ impl ListTracker {
 }
 
 /// What the namespace cache keeps: name, labels and deletion timestamp, all a plan or a
-/// trigger reads. At thousands of namespaces the rest (managed fields, annotations, spec,
-/// status, uid, resourceVersion) is most of the cache's memory. (The store's keys ignore
-/// uid and resourceVersion.)
-pub fn slim_namespace(namespace: &mut Namespace) {
-    let metadata = std::mem::take(&mut namespace.metadata);
-    namespace.metadata = ObjectMeta {
+/// trigger reads (the watch is metadata-only already; this drops managed fields,
+/// annotations, uid and resourceVersion, most of what is left at thousands of namespaces;
+/// the store's keys ignore uid and resourceVersion).
+pub fn slim_namespace(namespace: &mut NamespaceMeta) {
+    namespace.metadata = slim_namespace_metadata(std::mem::take(&mut namespace.metadata));
+}
+
+fn slim_namespace_metadata(metadata: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
         name: metadata.name,
         labels: metadata.labels,
         deletion_timestamp: metadata.deletion_timestamp,
         ..ObjectMeta::default()
-    };
-    namespace.spec = None;
-    namespace.status = None;
+    }
 }
 
-/// What the policy cache keeps: identity, labels and spec, all the drift check compares.
+/// A whole Namespace as the cache holds it (for `plan` and the tests, which read whole
+/// Namespaces): its slimmed metadata.
+pub fn namespace_meta(namespace: Namespace) -> NamespaceMeta {
+    let mut meta: NamespaceMeta = PartialObjectMeta {
+        types: Some(kube::core::TypeMeta {
+            api_version: "meta.k8s.io/v1".to_owned(),
+            kind: "PartialObjectMetadata".to_owned(),
+        }),
+        metadata: namespace.metadata,
+        _phantom: std::marker::PhantomData,
+    };
+    slim_namespace(&mut meta);
+    meta
+}
+
+/// What the policy cache keeps: identity, labels and spec, all the drift check and the holes
+/// report compare.
 pub fn slim_policy(policy: &mut NetworkPolicy) {
     let metadata = std::mem::take(&mut policy.metadata);
     policy.metadata = ObjectMeta {

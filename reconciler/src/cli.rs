@@ -30,6 +30,24 @@ pub enum Command {
     /// Check that this binary, as built, contains a panicking reconcile (exit code 0), as
     /// the image tests do.
     SelfCheck,
+    /// Print the reconciler's egress door to the API server for the cluster of the
+    /// kubeconfig: the addresses and ports of the EndpointSlices of `default/kubernetes`, as
+    /// the chart's values (`-o values`, the default) or as the NetworkPolicy (`-o manifest`).
+    ApiDoor(ApiDoorOptions),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ApiDoorOptions {
+    #[arg(long, short = 'o', value_enum, default_value_t = ApiDoorFormat::Values)]
+    pub output: ApiDoorFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApiDoorFormat {
+    /// `reconciler.networkPolicy.apiServer` for `helm install -f`.
+    Values,
+    /// The reconciler's NetworkPolicy of `deploy/reconciler.yaml`, with this door.
+    Manifest,
 }
 
 /// `plan`: which baselines, against which state, printed how.
@@ -107,6 +125,17 @@ pub struct RunOptions {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// The namespace of the cluster's DNS Service (its Services, EndpointSlices and pods are
+    /// watched there, for the DNSReachable condition; the RBAC grants read access there only);
+    /// empty: no DNS check.
+    #[arg(long, global = true, default_value = "kube-system")]
+    pub dns_namespace: String,
+
+    /// The reconciler's own NetworkPolicy (in the lease namespace), whose egress door to the
+    /// API server is checked against the API server's endpoints; empty: not checked.
+    #[arg(long, global = true)]
+    pub api_door_policy: Option<String>,
 
     /// Namespaces written to in parallel within one reconcile.
     #[arg(long, global = true, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]

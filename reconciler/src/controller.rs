@@ -7,31 +7,37 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::reflector;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use namespace_baseline_core::identity::{CLEANUP_FINALIZER, managed_selector};
-use namespace_baseline_core::plan::{Baseline, Decision, Planner, decide, wants_finalizer};
-use namespace_baseline_core::spec::{Mode, NamespaceBaseline, SpecError};
+use namespace_baseline_core::doors::{DnsService, Reachability, check_dns_door};
+use namespace_baseline_core::holes::Hole;
+use namespace_baseline_core::identity::CLEANUP_FINALIZER;
+use namespace_baseline_core::plan::{
+    self as core_plan, Baseline, Decision, Planner, decide, wants_finalizer,
+};
+use namespace_baseline_core::spec::{Mode, NamespaceBaseline, NamespaceBaselineSpec, SpecError};
 use namespace_baseline_core::wall::Change;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::caches::ListTracker;
-pub use crate::caches::{Caches, slim_namespace, slim_policy};
+pub use crate::caches::{
+    Caches, DnsCaches, NamespaceMeta, namespace_meta, slim_namespace, slim_policy,
+};
 use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::ReconcileResult;
 use crate::retry::{NoTriggerBackoff, WatchBackoff};
+use crate::scope::Scope;
 use crate::state::State;
-use crate::status::{self, Failure, Report};
-use crate::triggers::{NamespaceTriggers, baselines_for_policy};
+use crate::status::{self, DnsCheck, Failure, Report};
+use crate::triggers::{NamespaceTriggers, baselines_for_dns, baselines_for_policy};
 use crate::writes::{Counts, apply, count, patch_finalizers, patch_status, publish};
 
 /// The `reportingController` of the Events this reconciler publishes.
@@ -44,6 +50,12 @@ pub struct Settings {
     pub concurrency: usize,
     /// Requeue interval after a successful reconcile: the safety net behind the watches.
     pub resync: Duration,
+    /// The namespace of the cluster's DNS Service, whose endpoints the DNS doors are checked
+    /// against; `None`: no check.
+    pub dns_namespace: Option<String>,
+    /// The reconciler's own NetworkPolicy (namespace, name), whose egress door to the API
+    /// server is checked against the API server's endpoints; `None`: not checked.
+    pub api_door: Option<(String, String)>,
 }
 
 /// Everything a reconcile needs, for one leadership term.
@@ -151,8 +163,15 @@ pub fn error_policy(baseline: Arc<NamespaceBaseline>, error: &Error, ctx: Arc<Co
 
 async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Result<Action, Failed> {
     ctx.caches.synced().await?;
-    let namespaces = ctx.caches.namespaces.state();
-    let policies = ctx.caches.policies.state();
+    let name = baseline.name_any();
+    let scope = match ctx.caches.dirty.take(&name, ctx.settings.resync) {
+        // A baseline going away, or only reporting, is always seen whole.
+        _ if baseline.meta().deletion_timestamp.is_some() || baseline.spec.mode == Mode::Audit => {
+            Scope::All
+        }
+        scope => scope,
+    };
+    let (namespaces, policies) = scoped_state(&ctx.caches, &scope);
     let planner = match decide(Baseline::from(baseline), &namespaces, &policies) {
         Decision::CleanUp(writes) => return Ok(clean_up(baseline, ctx, writes).await?),
         Decision::Invalid(spec_error) => Err(spec_error),
@@ -163,15 +182,18 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
     let Converged {
         report,
         counts,
+        new_holes,
         error,
-    } = converge(baseline, ctx, planner).await;
+    } = converge(baseline, ctx, planner, &policies, &scope).await;
     match error {
         None => {
             let status_changed = write_status(baseline, ctx, &report).await?;
             announce(baseline, ctx, &report, &counts, status_changed).await;
+            announce_doors_and_holes(baseline, ctx, &report, new_holes).await;
             Ok(Action::requeue(ctx.settings.resync))
         }
         Some(error) => {
+            ctx.caches.dirty.failed(&name);
             // Best effort: the original error decides the routing.
             let news = write_status(baseline, ctx, &report)
                 .await
@@ -184,17 +206,53 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
     }
 }
 
+/// The cached namespaces and policies a reconcile of `scope` reads: all of them, or those of
+/// the scope's namespaces (found through the policy index, without a scan).
+fn scoped_state(
+    caches: &Caches,
+    scope: &Scope,
+) -> (Vec<Arc<NamespaceMeta>>, Vec<Arc<NetworkPolicy>>) {
+    match scope {
+        Scope::All => (caches.namespaces.state(), caches.policies.state()),
+        Scope::Namespaces(names) => {
+            let namespaces = names
+                .iter()
+                .filter_map(|name| caches.namespaces.get(&ObjectRef::new(name)))
+                .collect();
+            let policies = names
+                .iter()
+                .flat_map(|namespace| {
+                    caches
+                        .index
+                        .names_in(namespace)
+                        .into_iter()
+                        .filter_map(|name| {
+                            caches
+                                .policies
+                                .get(&ObjectRef::new(&name).within(namespace))
+                        })
+                })
+                .collect();
+            (namespaces, policies)
+        }
+    }
+}
+
 /// What converging a baseline did.
 struct Converged {
     report: Report,
     counts: Counts,
+    /// Holes not reported before.
+    new_holes: Vec<(String, Hole)>,
     error: Option<Error>,
 }
 
 async fn converge(
     baseline: &NamespaceBaseline,
     ctx: &Context,
-    planner: Result<Planner<'_, Arc<Namespace>>, SpecError>,
+    planner: Result<Planner<'_, Arc<NamespaceMeta>>, SpecError>,
+    policies: &[Arc<NetworkPolicy>],
+    scope: &Scope,
 ) -> Converged {
     let mut report = Report {
         generation: baseline.meta().generation,
@@ -203,6 +261,9 @@ async fn converge(
         objects_applied: 0,
         drifted: 0,
         failure: None,
+        drift_repairs: 0,
+        holes: None,
+        dns: None,
     };
     let planner = match planner {
         Ok(planner) => planner,
@@ -212,11 +273,29 @@ async fn converge(
             return Converged {
                 report,
                 counts: Counts::default(),
+                new_holes: Vec::new(),
                 error: Some(error),
             };
         }
     };
-    report.namespaces = planner.matched();
+    report.namespaces = match scope {
+        Scope::All => planner.matched(),
+        // The planner saw the scope's namespaces; the status counts them all.
+        Scope::Namespaces(_) => {
+            core_plan::count_matched(planner.selector(), &ctx.caches.namespaces.state())
+        }
+    };
+    let found = core_plan::holes(&planner, policies);
+    let (holes, new_holes) = ctx.state.holes.update(&baseline.name_any(), scope, &found);
+    report.holes = Some(holes);
+    report.dns = if baseline.spec.allow_dns {
+        ctx.caches
+            .dns
+            .as_ref()
+            .map(|dns| dns_check(&baseline.spec, dns))
+    } else {
+        None
+    };
     if baseline.spec.mode == Mode::Audit {
         report.drifted = planner
             .writes()
@@ -225,12 +304,33 @@ async fn converge(
         return Converged {
             report,
             counts: Counts::default(),
+            new_holes,
             error: None,
         };
     }
     // Changes are computed namespace by namespace as the writes go out: a first install over
-    // thousands of namespaces never holds every desired object at once.
-    let (counts, error) = apply(ctx, planner.writes()).await;
+    // thousands of namespaces never holds every desired object at once. A policy someone
+    // deleted is re-created as the repair of that deletion.
+    let tombstones = &ctx.caches.tombstones;
+    let writes = planner.writes().map(|(namespace, changes)| {
+        let changes = changes
+            .into_iter()
+            .map(|change| match &change {
+                Change::Create(policy)
+                    if tombstones.contains(
+                        &namespace,
+                        policy.metadata.name.as_deref().unwrap_or_default(),
+                    ) =>
+                {
+                    change.recreating()
+                }
+                _ => change,
+            })
+            .collect();
+        (namespace, changes)
+    });
+    let (counts, error) = apply(ctx, writes).await;
+    report.drift_repairs = count(counts.repaired.len());
     report.objects_applied = counts.writes();
     report.drifted = counts.unapplied;
     report.failure = error.as_ref().map(Failure::from);
@@ -241,8 +341,40 @@ async fn converge(
     Converged {
         report,
         counts,
+        new_holes,
         error,
     }
+}
+
+/// Whether the baseline's DNS door opens onto its DNS Service's ready endpoints, from the
+/// DNS namespace's caches.
+fn dns_check(spec: &NamespaceBaselineSpec, dns: &DnsCaches) -> DnsCheck {
+    let door = spec.dns_target();
+    let (namespace, name) = door.service_ref();
+    if namespace != dns.namespace {
+        return DnsCheck::Checked(Reachability {
+            reachable: false,
+            reason: "NotWatched",
+            message: format!(
+                "the DNS Service {namespace}/{name} is in a namespace the reconciler does not watch: run it with --dns-namespace={namespace} (the chart's reconciler.dnsNamespace) and the Role that goes with it"
+            ),
+        });
+    }
+    if !dns.is_listed() {
+        return DnsCheck::NotYet(format!(
+            "the Services, EndpointSlices and pods of {namespace} are not listed yet (if this lasts, check the reconciler's Role there)"
+        ));
+    }
+    let slices = dns.slices_of(name);
+    let pod_labels = |pod: &str| dns.pod_labels(pod);
+    DnsCheck::Checked(check_dns_door(
+        &door,
+        &DnsService {
+            exists: dns.service_exists(name),
+            slices: slices.iter().map(AsRef::as_ref).collect(),
+            pod_labels: &pod_labels,
+        },
+    ))
 }
 
 fn has_finalizer(baseline: &NamespaceBaseline) -> bool {
@@ -273,10 +405,13 @@ async fn clean_up(
     ctx: &Context,
     writes: Vec<(String, Vec<Change>)>,
 ) -> Result<Action> {
+    let name = baseline.name_any();
+    // Its holes are no longer reported.
+    ctx.state.holes.forget(&name);
+    ctx.state.metrics.set_holes(&name, []);
     if !has_finalizer(baseline) {
         return Ok(Action::await_change());
     }
-    let name = baseline.name_any();
     if !writes.is_empty() {
         let (counts, error) = apply(ctx, writes.into_iter()).await;
         ctx.state.metrics.objects_applied(counts.writes());
@@ -384,6 +519,69 @@ async fn announce(
     }
 }
 
+/// Events for the DNS door turning (un)reachable, and for each hole not reported before; the
+/// holes metric.
+async fn announce_doors_and_holes(
+    baseline: &NamespaceBaseline,
+    ctx: &Context,
+    report: &Report,
+    new_holes: Vec<(String, Hole)>,
+) {
+    let name = baseline.name_any();
+    if let Some(DnsCheck::Checked(dns)) = &report.dns {
+        let before = baseline
+            .status
+            .as_ref()
+            .and_then(|status| {
+                status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == status::DNS_REACHABLE)
+            })
+            .map(|condition| condition.status == "True");
+        if before != Some(dns.reachable) && (before.is_some() || !dns.reachable) {
+            let (type_, reason) = if dns.reachable {
+                (EventType::Normal, "DNSReachable")
+            } else {
+                warn!(baseline = %name, reason = dns.reason, message = %dns.message, "the DNS door does not reach the DNS endpoints");
+                (EventType::Warning, "DNSUnreachable")
+            };
+            publish(
+                ctx,
+                baseline,
+                type_,
+                reason,
+                "CheckDNS",
+                format!("{}: {}", dns.reason, dns.message),
+            )
+            .await;
+        }
+    }
+    let Some(holes) = &report.holes else {
+        return;
+    };
+    ctx.state
+        .metrics
+        .set_holes(&name, holes.iter().map(|(_, hole)| hole));
+    for (namespace, hole) in new_holes {
+        let type_ = if hole.width.is_breach() {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        info!(baseline = %name, %namespace, %hole, "hole in the wall");
+        publish(
+            ctx,
+            baseline,
+            type_,
+            "HoleOpened",
+            "CheckHoles",
+            format!("in namespace {namespace}: {hole}"),
+        )
+        .await;
+    }
+}
+
 /// Now, to the second: the precision the API server keeps.
 fn now() -> Time {
     let now = Timestamp::now();
@@ -410,8 +608,9 @@ pub fn baseline_changes(baseline: &NamespaceBaseline) -> Option<u64> {
 }
 
 /// Runs the controller until `stop` resolves (shutdown or lost leadership), with watches
-/// on NamespaceBaselines, Namespaces and managed NetworkPolicies. The two caches feed both
-/// the reconcile and the triggers, so each resource is watched once.
+/// on NamespaceBaselines, Namespaces, NetworkPolicies and the DNS namespace's Services,
+/// EndpointSlices and pods. The caches feed both the reconcile and the triggers, so each
+/// resource is watched once. The API door is checked beside it.
 pub async fn run(
     client: Client,
     settings: Settings,
@@ -420,13 +619,24 @@ pub async fn run(
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (tracker, synced) = ListTracker::new(state.clone());
-    let (namespaces, namespace_writer) = reflector::store::<Namespace>();
+    let (namespaces, namespace_writer) = reflector::store::<NamespaceMeta>();
     let (policies, policy_writer) = reflector::store::<NetworkPolicy>();
     let (baselines, baseline_writer) = reflector::store::<NamespaceBaseline>();
+    let dns = settings
+        .dns_namespace
+        .as_deref()
+        .map(|namespace| crate::caches::DnsWatches::new(&client, namespace));
+    let caches = Caches::new(
+        namespaces.clone(),
+        policies,
+        dns.as_ref().map(|dns| dns.caches.clone()),
+        synced,
+    );
+
     let namespace_events = {
         let tracker = tracker.clone();
         watcher(
-            Api::<Namespace>::all(client.clone()),
+            Api::<NamespaceMeta>::all(client.clone()),
             watcher::Config::default().any_semantic(),
         )
         .backoff(WatchBackoff::default())
@@ -437,16 +647,21 @@ pub async fn run(
     };
     let policy_events = {
         let tracker = tracker.clone();
+        let (tombstones, index) = (caches.tombstones.clone(), caches.index.clone());
         watcher(
             Api::<NetworkPolicy>::all(client.clone()),
-            watcher::Config::default()
-                .labels(&managed_selector())
-                .any_semantic(),
+            watcher::Config::default().any_semantic(),
         )
         .backoff(WatchBackoff::default())
         .modify(slim_policy)
         .reflect(policy_writer)
-        .inspect_ok(move |event| tracker.observe(ListTracker::POLICIES, event))
+        .inspect_ok(move |event| {
+            if let watcher::Event::Delete(policy) = event {
+                tombstones.deleted(policy);
+            }
+            index.observe(event);
+            tracker.observe(ListTracker::POLICIES, event);
+        })
         .touched_objects()
     };
     let baseline_events = watcher(
@@ -457,19 +672,49 @@ pub async fn run(
     .reflect(baseline_writer)
     .inspect_ok(move |event| tracker.observe(ListTracker::BASELINES, event))
     .applied_objects()
-    .predicate_filter(baseline_changes, PredicateConfig::default());
+    .predicate_filter(baseline_changes, PredicateConfig::default())
+    .inspect_ok({
+        // A new or changed baseline is seen whole.
+        let dirty = caches.dirty.clone();
+        move |baseline| dirty.all(&baseline.name_any())
+    });
 
     let namespace_triggers = NamespaceTriggers::default();
+    // A namespace or policy event concerns its namespace only: the baselines it triggers
+    // plan and write for that namespace (scope.rs).
     let for_namespace = {
         let baselines = baselines.clone();
-        move |namespace: Namespace| namespace_triggers.baselines_for(&namespace, &baselines.state())
+        let dirty = caches.dirty.clone();
+        move |namespace: NamespaceMeta| {
+            let triggered =
+                namespace_triggers.baselines_for(&namespace.metadata, &baselines.state());
+            let name = namespace.metadata.name.as_deref().unwrap_or_default();
+            for baseline in &triggered {
+                dirty.namespace(&baseline.name, name);
+            }
+            triggered
+        }
     };
     let for_policy = {
         let baselines = baselines.clone();
-        move |policy: NetworkPolicy| baselines_for_policy(&policy, &baselines.state())
+        let namespaces = namespaces.clone();
+        let dirty = caches.dirty.clone();
+        move |policy: NetworkPolicy| {
+            let triggered = baselines_for_policy(&policy, &baselines.state(), |name| {
+                namespaces
+                    .get(&ObjectRef::new(name))
+                    .map(|namespace| namespace.metadata.labels.clone().unwrap_or_default())
+            });
+            let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
+            for baseline in &triggered {
+                dirty.namespace(&baseline.name, namespace);
+            }
+            triggered
+        }
     };
-
-    let caches = Caches::new(namespaces, policies, synced);
+    let api_door = settings.api_door.clone().map(|policy| {
+        crate::api_door::guard(client.clone(), state.clone(), policy, instance.clone())
+    });
     let ctx = Arc::new(Context::new(
         client,
         caches,
@@ -477,9 +722,20 @@ pub async fn run(
         state.clone(),
         instance,
     ));
-    Controller::for_stream(baseline_events, baselines)
+    let mut controller = Controller::for_stream(baseline_events, baselines.clone())
         .watches_stream(namespace_events, for_namespace)
-        .watches_stream(policy_events, for_policy)
+        .watches_stream(policy_events, for_policy);
+    if let Some(dns) = dns {
+        // A change in the DNS namespace re-checks the doors of the baselines it serves.
+        let namespace = dns.caches.namespace.clone();
+        let for_dns = move || baselines_for_dns(&namespace, &baselines.state());
+        let (service, slice, pod) = (for_dns.clone(), for_dns.clone(), for_dns);
+        controller = controller
+            .watches_stream(dns.services, move |_| service())
+            .watches_stream(dns.slices, move |_| slice())
+            .watches_stream(dns.pods, move |_| pod());
+    }
+    let controller = controller
         // Each watch backs off on its own; a shared pause would blind them all (retry.rs).
         .trigger_backoff(NoTriggerBackoff)
         .graceful_shutdown_on(stop)
@@ -489,8 +745,17 @@ pub async fn run(
                 Ok((object, _)) => debug!(baseline = %object.name, "reconciled"),
                 Err(error) => debug!(%error, "controller event"),
             }
-        })
-        .await;
+        });
+    match api_door {
+        // The door's guard runs as long as the controller; it never ends on its own.
+        Some(guard) => {
+            tokio::select! {
+                () = controller => {}
+                () = guard => {}
+            }
+        }
+        None => controller.await,
+    }
     state.health.set_caches_synced(false);
 }
 

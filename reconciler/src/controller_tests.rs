@@ -50,6 +50,12 @@ fn converged(mut baseline: NamespaceBaseline, namespaces: u32) -> NamespaceBasel
         objects_applied: 0,
         drifted: 0,
         failure: None,
+        drift_repairs: 0,
+        holes: Some(Vec::new()),
+        dns: baseline
+            .spec
+            .allow_dns
+            .then(crate::fixtures::healthy_dns_reachability),
     };
     let time = Time(Timestamp::from_second(1_700_000_000).unwrap());
     baseline.status = Some(status::desired(None, &report, &time));
@@ -239,6 +245,203 @@ async fn a_deleted_policy_is_recreated() {
         applies[0].path,
         policy_path("team-b", "nsb-guarded-default-deny")
     );
+}
+
+/// A policy someone deleted (the watch saw it go) is re-created as the repair of a
+/// deletion: counted, in the status and in a `DriftRepaired` Event naming it; one never seen
+/// before is an install.
+#[tokio::test]
+async fn a_policy_seen_deleted_is_repaired_and_reported_as_deleted() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    let deleted = policies.remove(2); // team-b's deny-all
+    policies.remove(0); // team-a's deny-all: never seen, an install
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    harness.ctx.caches.tombstones.deleted(&deleted);
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let state = harness.state.clone();
+    let tombstones = harness.ctx.caches.tombstones.clone();
+    let requests = harness.requests().await;
+    assert_eq!(policy_requests(&requests).len(), 2);
+    assert_eq!(event_reasons(&requests), ["WallInstalled", "DriftRepaired"]);
+    let repaired = requests
+        .iter()
+        .find(|r| r.is("POST", EVENTS) && r.body["reason"] == "DriftRepaired")
+        .unwrap();
+    assert_eq!(
+        repaired.body["note"],
+        "repaired drifted NetworkPolicies: team-b/nsb-guarded-default-deny (deleted)"
+    );
+    assert_eq!(status_patches(&requests)[0]["driftRepairs"], 1);
+    let metrics = state.metrics.render().unwrap();
+    assert!(
+        metrics.contains("namespace_baseline_drift_repairs_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        !tombstones.contains("team-b", "nsb-guarded-default-deny"),
+        "the tombstone is consumed"
+    );
+}
+
+/// The reconciler's own deletions (pruning) leave no tombstone: a policy it removed and
+/// later re-installs is no repair.
+#[test]
+fn the_reconcilers_own_deletions_leave_no_tombstone() {
+    let tombstones = crate::caches::Tombstones::default();
+    let policy = full_wall(&seed(), &["team-a"]).remove(0);
+    tombstones.expect_deletion("team-a", "nsb-guarded-default-deny");
+    tombstones.deleted(&policy);
+    assert!(!tombstones.contains("team-a", "nsb-guarded-default-deny"));
+    tombstones.deleted(&policy);
+    assert!(
+        tombstones.contains("team-a", "nsb-guarded-default-deny"),
+        "only the one expected deletion is excused"
+    );
+}
+
+fn open_policy(
+    namespace: &str,
+    name: &str,
+    spec: Value,
+) -> k8s_openapi::api::networking::v1::NetworkPolicy {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": namespace}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+/// Another policy opening the wall to the world in a covered namespace unseals it: the
+/// status counts the hole and says which, one `HoleOpened` Event per new hole, the metric
+/// counts it; a hole in a namespace the baseline does not cover is none of its business.
+#[tokio::test]
+async fn holes_in_covered_namespaces_unseal_the_wall_and_are_announced() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies.push(open_policy(
+        "team-a",
+        "allow-all-in",
+        json!({"podSelector": {}, "ingress": [{}]}),
+    ));
+    policies.push(open_policy("team-b", "web", json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "lb"}}}]}]})));
+    policies.push(open_policy(
+        "other",
+        "allow-all-in",
+        json!({"podSelector": {}, "ingress": [{}]}),
+    ));
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let state = harness.state.clone();
+    let requests = harness.requests().await;
+    assert!(
+        policy_requests(&requests).is_empty(),
+        "holes are reported, never closed"
+    );
+    let status = status_patches(&requests)[0].clone();
+    assert_eq!(status["holes"]["World"], 1);
+    assert_eq!(status["holes"]["Pods"], 1);
+    let sealed = condition(&status, "Sealed");
+    assert_eq!(sealed["status"], "False");
+    assert_eq!(sealed["reason"], "OpenToWorld");
+    assert_eq!(
+        sealed["message"],
+        "team-a: NetworkPolicy allow-all-in ingress rule 0 opens every port to the whole internet"
+    );
+    assert_eq!(event_reasons(&requests), ["HoleOpened", "HoleOpened"]);
+    let metrics = state.metrics.render().unwrap();
+    assert!(
+        metrics.contains(r#"namespace_baseline_holes{width="World",direction="Ingress"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_hole_reported_before_gets_no_second_event() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies.push(open_policy(
+        "team-a",
+        "allow-all-in",
+        json!({"podSelector": {}, "ingress": [{}]}),
+    ));
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    assert_eq!(event_reasons(&requests), ["HoleOpened"]);
+}
+
+/// The DNS door checked against the DNS Service's endpoints: OpenShift's DNS listens on 5353;
+/// a door on 53 is reported (condition, Event), never blocked: the wall is installed.
+#[tokio::test]
+async fn a_door_that_misses_the_dns_endpoints_is_reported_not_blocked() {
+    let dns = crate::fixtures::healthy_dns();
+    let slice: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "kube-dns-x", "namespace": "kube-system", "labels": {"kubernetes.io/service-name": "kube-dns"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.0.5"], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "namespace": "kube-system", "name": "coredns-a"}}],
+        "ports": [{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}],
+    }))
+    .unwrap();
+    let dns = crate::controller::DnsCaches::of(
+        "kube-system",
+        dns.services.clone(),
+        crate::fixtures::store(vec![slice]),
+        dns.pods.clone(),
+    );
+    let harness = Harness::with_dns(guarded_namespaces(), vec![], Box::new(healthy), dns);
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    let requests = harness.requests().await;
+    assert_eq!(
+        policy_requests(&requests).len(),
+        4,
+        "the wall is installed anyway"
+    );
+    let status = status_patches(&requests)[0].clone();
+    let reachable = condition(&status, "DNSReachable");
+    assert_eq!(reachable["status"], "False");
+    assert_eq!(reachable["reason"], "PortMismatch");
+    assert!(
+        reachable["message"]
+            .as_str()
+            .unwrap()
+            .contains("listen on TCP 5353, UDP 5353 but the door opens UDP 53, TCP 53")
+    );
+    assert_eq!(condition(&status, "Ready")["status"], "True");
+    assert!(event_reasons(&requests).contains(&"DNSUnreachable".to_owned()));
+}
+
+/// After a full pass, a watch event on one namespace makes the next reconcile plan and write
+/// for that namespace only; the status still counts every namespace.
+#[tokio::test]
+async fn a_namespace_event_reconciles_that_namespace_alone() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies.remove(2); // team-b's deny-all
+    policies.remove(0); // team-a's deny-all
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    // A full pass was made a moment ago ...
+    assert_eq!(
+        harness.ctx.caches.dirty.take("guarded", RESYNC),
+        crate::scope::Scope::All
+    );
+    // ... and the watch saw something in team-b only.
+    harness.ctx.caches.dirty.namespace("guarded", "team-b");
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 1, "{applies:#?}");
+    assert_eq!(
+        applies[0].path,
+        policy_path("team-b", "nsb-guarded-default-deny")
+    );
+    assert_eq!(status_patches(&requests)[0]["namespaces"], 2);
 }
 
 #[tokio::test]
@@ -649,7 +852,13 @@ fn terminating_namespaces_are_neither_counted_nor_written() {
         Arc::new(leaving),
     ];
     let selector = seed().validate().unwrap();
-    let plan = plan("guarded", &seed(), &selector, &namespaces, &[] as &[Arc<NetworkPolicy>]);
+    let plan = plan(
+        "guarded",
+        &seed(),
+        &selector,
+        &namespaces,
+        &[] as &[Arc<NetworkPolicy>],
+    );
     assert_eq!(plan.namespaces, 1);
     assert_eq!(plan.writes.len(), 1);
     assert_eq!(plan.writes[0].0, "team-a");
@@ -696,6 +905,7 @@ async fn caches_count_as_synced_once_every_watch_listed_and_wake_every_waiter() 
     let caches = Caches::new(
         crate::fixtures::store(vec![]),
         crate::fixtures::store(vec![]),
+        Some(crate::fixtures::healthy_dns()),
         synced,
     );
     // Several reconciles wait at once (a one-shot readiness signal would wake only one).
@@ -768,10 +978,7 @@ fn slimmed_caches_plan_like_the_full_objects() {
     let slim_namespaces: Vec<_> = full_namespaces
         .iter()
         .cloned()
-        .map(|mut ns| {
-            slim_namespace(&mut ns);
-            ns
-        })
+        .map(namespace_meta)
         .collect();
     let slim_policies: Vec<_> = full_policies
         .iter()
@@ -781,9 +988,11 @@ fn slimmed_caches_plan_like_the_full_objects() {
             policy
         })
         .collect();
-    assert!(slim_namespaces.iter().all(|ns| ns.metadata.uid.is_none()
-        && ns.spec.is_none()
-        && ns.metadata.annotations.is_none()));
+    assert!(
+        slim_namespaces
+            .iter()
+            .all(|ns| ns.metadata.uid.is_none() && ns.metadata.annotations.is_none())
+    );
     for spec in [seed(), delete] {
         let selector = spec.validate().unwrap();
         let full = plan(

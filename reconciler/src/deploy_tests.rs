@@ -1,7 +1,7 @@
 //! The committed manifests in `deploy/` keep the blast radius and hardening the design asks
 //! for.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 use yaml_serde::Value;
@@ -91,19 +91,46 @@ fn the_cluster_role_grants_exactly_the_blast_radius() {
     );
 }
 
+/// The namespaced grants: the Lease in the reconciler's namespace; read-only access to the
+/// DNS Service, its EndpointSlices and pods in the DNS namespace; to the API server's
+/// EndpointSlices in `default`. Nothing else, nowhere else.
 #[test]
-fn leases_are_granted_only_in_the_reconciler_namespace() {
+fn namespaced_grants_are_the_lease_and_read_only_doors() {
     let rbac = documents(RBAC);
-    let roles = of_kind(&rbac, "Role");
-    assert_eq!(roles.len(), 1);
-    assert_eq!(roles[0]["metadata"]["namespace"], "namespace-baseline");
+    let roles: BTreeMap<String, BTreeSet<(String, String, String)>> = of_kind(&rbac, "Role")
+        .into_iter()
+        .map(|role| {
+            (
+                role["metadata"]["namespace"].as_str().unwrap().to_owned(),
+                grants(role),
+            )
+        })
+        .collect();
+    let read = &["get", "list", "watch"][..];
     assert_eq!(
-        grants(roles[0]),
-        expected(&[(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "create", "update"],
-        )])
+        roles,
+        BTreeMap::from([
+            (
+                "namespace-baseline".to_owned(),
+                expected(&[(
+                    "coordination.k8s.io",
+                    "leases",
+                    &["get", "create", "update"]
+                )])
+            ),
+            (
+                "kube-system".to_owned(),
+                expected(&[
+                    ("", "services", read),
+                    ("", "pods", read),
+                    ("discovery.k8s.io", "endpointslices", read)
+                ])
+            ),
+            (
+                "default".to_owned(),
+                expected(&[("discovery.k8s.io", "endpointslices", read)])
+            ),
+        ])
     );
 }
 
@@ -166,4 +193,43 @@ fn the_own_namespace_is_guarded_with_a_door_to_the_api_server() {
         .collect();
     assert_eq!(ports, [443, 6443]);
     assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 8080);
+}
+
+/// Every example baseline is a valid spec, and the DNS examples open the doors their
+/// comments describe.
+#[test]
+fn the_example_baselines_are_valid_and_their_doors_fit_their_clusters() {
+    use namespace_baseline_core::NamespaceBaselineSpec;
+    use namespace_baseline_core::wall::desired_wall;
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
+    let mut doors = BTreeMap::new();
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for document in documents(&text) {
+            let spec: NamespaceBaselineSpec =
+                yaml_serde::from_value(document["spec"].clone()).unwrap();
+            spec.validate()
+                .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            if spec.allow_dns {
+                let wall = desired_wall("example", "team-a", &spec);
+                let egress = serde_json::to_value(&wall[1]).unwrap()["spec"]["egress"][0].clone();
+                doors.insert(
+                    path.file_name().unwrap().to_string_lossy().into_owned(),
+                    egress,
+                );
+            }
+        }
+    }
+    let ports = |port: u16| serde_json::json!([{"protocol": "UDP", "port": port}, {"protocol": "TCP", "port": port}]);
+    assert_eq!(
+        doors["dns-kube-dns.yaml"], doors["seed.yaml"],
+        "the kube-dns example spells out the defaults"
+    );
+    assert_eq!(doors["dns-openshift.yaml"]["ports"], ports(5353));
+    assert_eq!(
+        doors["dns-nodelocal.yaml"]["to"][1],
+        serde_json::json!({"ipBlock": {"cidr": "169.254.20.10/32"}})
+    );
+    assert_eq!(doors["dns-nodelocal.yaml"]["ports"], ports(53));
 }

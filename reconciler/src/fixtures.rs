@@ -6,19 +6,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::client::Body;
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
+use namespace_baseline_core::doors::{DnsService, Reachability, check_dns_door};
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineSpec};
 use namespace_baseline_core::wall::desired_wall;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use crate::controller::{Caches, Context, Settings};
+use crate::controller::{Caches, Context, DnsCaches, Settings, namespace_meta};
 use crate::leader::LeaderGate;
 use crate::retry::Retries;
 use crate::state::State;
@@ -74,6 +77,53 @@ pub fn stored_wall(
 }
 
 /// A synced store holding `objects`.
+/// The cluster's DNS as the default door expects it: the Service `kube-system/kube-dns`, one
+/// ready `k8s-app=kube-dns` pod behind it listening on UDP and TCP 53.
+pub fn healthy_dns() -> DnsCaches {
+    let service: PartialObjectMeta<Service> = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+    }))
+    .unwrap();
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "kube-dns-x", "namespace": "kube-system", "labels": {"kubernetes.io/service-name": "kube-dns"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.0.5"], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "namespace": "kube-system", "name": "coredns-a"}}],
+        "ports": [{"name": "dns", "protocol": "UDP", "port": 53}, {"name": "dns-tcp", "protocol": "TCP", "port": 53}],
+    }))
+    .unwrap();
+    let pod: PartialObjectMeta<Pod> = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "coredns-a", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns"}},
+    }))
+    .unwrap();
+    DnsCaches::of(
+        "kube-system",
+        store(vec![service]),
+        store(vec![slice]),
+        store(vec![pod]),
+    )
+}
+
+/// What the reconcile finds of [`healthy_dns`] with the default door.
+pub fn healthy_dns_reachability() -> crate::status::DnsCheck {
+    crate::status::DnsCheck::Checked(healthy_dns_door())
+}
+
+fn healthy_dns_door() -> Reachability {
+    let dns = healthy_dns();
+    let slices = dns.slices_of("kube-dns");
+    let labels = |pod: &str| dns.pod_labels(pod);
+    check_dns_door(
+        &namespace_baseline_core::DnsSpec::default(),
+        &DnsService {
+            exists: true,
+            slices: slices.iter().map(AsRef::as_ref).collect(),
+            pod_labels: &labels,
+        },
+    )
+}
+
 pub fn store<K>(objects: Vec<K>) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
@@ -224,15 +274,45 @@ impl Harness {
         responder: Responder,
         gate: LeaderGate,
     ) -> Self {
+        Self::build(namespaces, policies, responder, gate, healthy_dns())
+    }
+
+    /// A harness whose DNS namespace holds `dns`.
+    pub fn with_dns(
+        namespaces: Vec<Namespace>,
+        policies: Vec<NetworkPolicy>,
+        responder: Responder,
+        dns: DnsCaches,
+    ) -> Self {
+        Self::build(namespaces, policies, responder, LeaderGate::always(), dns)
+    }
+
+    fn build(
+        namespaces: Vec<Namespace>,
+        policies: Vec<NetworkPolicy>,
+        responder: Responder,
+        gate: LeaderGate,
+        dns: DnsCaches,
+    ) -> Self {
         let (client, server) = mock_client(responder);
         let mut state = State::new(Arc::new(gate));
         state.retries = Retries::default().without_jitter();
         let state = Arc::new(state);
         let (_, synced) = tokio::sync::watch::channel(true);
-        let caches = Caches::new(store(namespaces), store(policies), synced);
+        let namespaces = namespaces.into_iter().map(namespace_meta).collect();
+        let index = crate::scope::PolicyIndex::default();
+        index.observe(&watcher::Event::Init);
+        for policy in &policies {
+            index.observe(&watcher::Event::InitApply(policy.clone()));
+        }
+        index.observe(&watcher::Event::InitDone);
+        let mut caches = Caches::new(store(namespaces), store(policies), Some(dns), synced);
+        caches.index = index;
         let settings = Settings {
             concurrency: 4,
             resync: RESYNC,
+            dns_namespace: Some("kube-system".to_owned()),
+            api_door: None,
         };
         let ctx = Arc::new(Context::new(
             client,

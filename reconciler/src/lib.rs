@@ -3,6 +3,7 @@
 //! baseline's status. Every decision about the wall comes from `namespace-baseline-core`;
 //! this crate translates between the core and the Kubernetes API.
 
+pub mod api_door;
 pub mod caches;
 pub mod cli;
 pub mod controller;
@@ -15,6 +16,7 @@ pub mod panics;
 pub mod plan;
 pub mod retry;
 pub mod run;
+pub mod scope;
 pub mod state;
 pub mod status;
 pub mod telemetry;
@@ -45,6 +47,10 @@ pub async fn main(cli: Cli) -> Result<ExitCode> {
             run::run(cli.run).await.map(|()| ExitCode::SUCCESS)
         }
         Command::Plan(options) => plan::main(&options).await,
+        Command::ApiDoor(options) => {
+            print!("{}", api_door::render(options.output).await?);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::SelfCheck => {
             println!("{}", panics::self_check().await?);
             Ok(ExitCode::SUCCESS)

@@ -12,6 +12,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use std::collections::HashMap;
+
+use namespace_baseline_core::holes::{Direction, Hole, Width};
+
 use crate::error::ErrorClass;
 
 /// How a reconcile ended.
@@ -42,6 +46,15 @@ struct ClassLabels {
     class: &'static str,
 }
 
+/// One baseline's holes by (width, direction).
+type HoleCounts = HashMap<(Width, Direction), i64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HoleLabels {
+    width: &'static str,
+    direction: &'static str,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
@@ -51,6 +64,10 @@ pub struct Metrics {
     objects_applied: Counter,
     reconcile_duration: Histogram,
     leader: Gauge,
+    holes: Family<HoleLabels, Gauge>,
+    /// Each baseline's holes by (width, direction): the gauge is their sum.
+    holes_by_baseline: std::sync::Mutex<HashMap<String, HoleCounts>>,
+    api_door_mismatch: Gauge,
 }
 
 impl Default for Metrics {
@@ -93,6 +110,18 @@ impl Default for Metrics {
             "1 while this replica holds the leader lease and reconciles",
             leader.clone(),
         );
+        let holes = Family::<HoleLabels, Gauge>::default();
+        registry.register(
+            "holes",
+            "Rules of other NetworkPolicies opening the walls, by width and direction, summed over the baselines",
+            holes.clone(),
+        );
+        let api_door_mismatch = Gauge::default();
+        registry.register(
+            "api_door_mismatch",
+            "1 while the reconciler's own egress door does not open every API server endpoint (EndpointSlice default/kubernetes): it is locked out, or will be at the next restart",
+            api_door_mismatch.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -101,6 +130,9 @@ impl Default for Metrics {
             objects_applied,
             reconcile_duration,
             leader,
+            holes,
+            holes_by_baseline: std::sync::Mutex::default(),
+            api_door_mismatch,
         }
     }
 }
@@ -127,6 +159,37 @@ impl Metrics {
 
     pub fn objects_applied(&self, count: u32) {
         self.objects_applied.inc_by(u64::from(count));
+    }
+
+    /// Replaces `baseline`'s holes in the `holes` gauge.
+    pub fn set_holes<'a>(&self, baseline: &str, holes: impl IntoIterator<Item = &'a Hole>) {
+        let mut counts = HoleCounts::new();
+        for hole in holes {
+            *counts.entry((hole.width, hole.direction)).or_insert(0) += 1;
+        }
+        let mut by_baseline = self
+            .holes_by_baseline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        by_baseline.insert(baseline.to_owned(), counts);
+        for width in Width::ALL {
+            for direction in [Direction::Ingress, Direction::Egress] {
+                let total: i64 = by_baseline
+                    .values()
+                    .map(|counts| counts.get(&(width, direction)).copied().unwrap_or(0))
+                    .sum();
+                self.holes
+                    .get_or_create(&HoleLabels {
+                        width: width.as_str(),
+                        direction: direction.as_str(),
+                    })
+                    .set(total);
+            }
+        }
+    }
+
+    pub fn set_api_door_mismatch(&self, mismatch: bool) {
+        self.api_door_mismatch.set(i64::from(mismatch));
     }
 
     pub fn set_leader(&self, leading: bool) {

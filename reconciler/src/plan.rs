@@ -27,7 +27,7 @@ use serde_json::Value;
 use crate::cli::{OutputFormat, PlanOptions};
 use namespace_baseline_core::plan::{Baseline, Decision, NamespacePlan, decide};
 
-use crate::controller;
+use crate::controller::{self, NamespaceMeta};
 use crate::error::{Error, Result};
 
 /// Nothing would change.
@@ -143,8 +143,8 @@ pub struct State {
     /// Each with where it came from ("file: document N" or "cluster"), sorted by name.
     pub baselines: Vec<(String, NamespaceBaseline)>,
     /// Sorted by name.
-    pub namespaces: Vec<Arc<Namespace>>,
-    /// Only those the reconciler watches (the managed-by label).
+    pub namespaces: Vec<Arc<NamespaceMeta>>,
+    /// Every NetworkPolicy (the reconciler watches them all: the wall, and the holes).
     pub policies: Vec<Arc<NetworkPolicy>>,
     /// What was read but ignored, and why.
     pub notes: Vec<String>,
@@ -232,10 +232,12 @@ pub async fn from_cluster(options: &PlanOptions) -> Result<State> {
     {
         collected.namespace("cluster", namespace)?;
     }
+    // All of them, as the reconciler watches them: the managed ones are the wall, the
+    // others may open holes in it.
     for policy in list_all(
         Api::<NetworkPolicy>::all(client.clone()),
-        ListParams::default().labels(&managed_selector()),
-        "managed NetworkPolicies",
+        ListParams::default(),
+        "NetworkPolicies",
     )
     .await?
     {
@@ -279,7 +281,7 @@ where
 #[derive(Default)]
 struct Collected {
     baselines: BTreeMap<String, (String, NamespaceBaseline)>,
-    namespaces: BTreeMap<String, (String, Namespace)>,
+    namespaces: BTreeMap<String, (String, NamespaceMeta)>,
     policies: BTreeMap<(String, String), (String, NetworkPolicy)>,
     notes: Vec<String>,
 }
@@ -323,6 +325,7 @@ impl Collected {
     }
 
     fn namespace(&mut self, origin: &str, mut namespace: Namespace) -> Result<(), PlanError> {
+        // As the reconciler's cache holds it: metadata, slimmed (below).
         let name = namespace.name_any();
         if let Some((first, _)) = self.namespaces.get(&name) {
             return Err(PlanError::Duplicate {
@@ -336,14 +339,22 @@ impl Collected {
         namespace
             .labels_mut()
             .insert(NAMESPACE_NAME_LABEL.to_owned(), name.clone());
-        controller::slim_namespace(&mut namespace);
-        self.namespaces.insert(name, (origin.to_owned(), namespace));
+        self.namespaces.insert(
+            name,
+            (origin.to_owned(), controller::namespace_meta(namespace)),
+        );
         Ok(())
     }
 
-    /// Keeps the policy only if the reconciler's watch would see it (its label selector).
+    /// Keeps every policy: the managed ones (the reconciler's watch label) are the wall, the
+    /// others may open holes in it. A managed one must name its namespace; another without
+    /// one is noted and left out.
     fn policy(&mut self, origin: &str, mut policy: NetworkPolicy) -> Result<(), PlanError> {
-        if !watched(&policy) {
+        if !watched(&policy) && policy.namespace().is_none() {
+            self.notes.push(format!(
+                "{origin}: NetworkPolicy {} ignored: no metadata.namespace",
+                policy.name_any()
+            ));
             return Ok(());
         }
         let Some(namespace) = policy.namespace() else {
@@ -585,6 +596,12 @@ pub fn plan(state: &State) -> Report {
             }
         }
         summary.orphaned += baseline.orphaned.len();
+        summary.holes += baseline.holes.len();
+        summary.breaches += baseline
+            .holes
+            .iter()
+            .filter(|item| item.hole.width.is_breach())
+            .count();
         summary.drift += baseline.drift.len();
         summary.invalid += usize::from(baseline.invalid.is_some());
     }
@@ -614,6 +631,7 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, state: &State) -> Baseli
         changes: Vec::new(),
         drift: Vec::new(),
         orphaned: Vec::new(),
+        holes: Vec::new(),
     };
     match decide(Baseline::from(baseline), &state.namespaces, &state.policies) {
         Decision::CleanUp(mut writes) => {
@@ -634,6 +652,10 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, state: &State) -> Baseli
             ));
         }
         Decision::Converge(planner) => {
+            report.holes = namespace_baseline_core::plan::holes(&planner, &state.policies)
+                .into_iter()
+                .map(|(namespace, hole)| HoleItem { namespace, hole })
+                .collect();
             for namespace in planner.namespaces() {
                 if namespace.selected {
                     report.guarded.push(namespace.namespace.to_owned());
@@ -743,6 +765,10 @@ pub struct Summary {
     pub drift: usize,
     /// Baselines whose spec cannot be acted on.
     pub invalid: usize,
+    /// Holes in the guarded namespaces, and how many of them open the wall to the world or
+    /// the whole cluster.
+    pub holes: usize,
+    pub breaches: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -767,6 +793,17 @@ pub struct BaselineReport {
     /// `Audit`: the changes found, reported in status, not written.
     pub drift: Vec<ChangeItem>,
     pub orphaned: Vec<PolicyRef>,
+    /// Rules of other policies that open the wall in the guarded namespaces.
+    pub holes: Vec<HoleItem>,
+}
+
+/// A hole in a guarded namespace.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HoleItem {
+    pub namespace: String,
+    #[serde(flatten)]
+    pub hole: namespace_baseline_core::holes::Hole,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -914,6 +951,18 @@ pub fn render_text(report: &Report) -> String {
                 orphan.namespace, orphan.name, orphan.reason
             );
         }
+        for item in &baseline.holes {
+            let mark = if item.hole.width.is_breach() {
+                '!'
+            } else {
+                'o'
+            };
+            let _ = writeln!(
+                out,
+                "  {mark} hole     {}: {} ({})",
+                item.namespace, item.hole, item.hole.width
+            );
+        }
         out.push('\n');
     }
     if report.baselines.is_empty() {
@@ -928,6 +977,14 @@ pub fn render_text(report: &Report) -> String {
         tail.push(format!(
             "{} drifted in Audit mode (not written)",
             summary.drift
+        ));
+    }
+    if summary.holes > 0 {
+        tail.push(format!(
+            "{} hole{} in the walls ({} to the world or the whole cluster)",
+            summary.holes,
+            if summary.holes == 1 { "" } else { "s" },
+            summary.breaches
         ));
     }
     if summary.invalid > 0 {

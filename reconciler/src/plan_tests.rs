@@ -250,7 +250,9 @@ fn json_has_the_documented_shape() {
     assert_eq!(json["pending"], true);
     assert_eq!(
         keys(&json["summary"]),
-        ["create", "delete", "drift", "invalid", "orphaned", "update"]
+        [
+            "breaches", "create", "delete", "drift", "holes", "invalid", "orphaned", "update"
+        ]
     );
     let strict = &json["baselines"][1];
     assert_eq!(
@@ -262,6 +264,7 @@ fn json_has_the_documented_shape() {
             "deletionPolicy",
             "drift",
             "guarded",
+            "holes",
             "invalid",
             "mode",
             "name",
@@ -355,9 +358,12 @@ fn a_document_that_is_not_an_object_is_an_error() {
     );
 }
 
+/// Every policy is read, as the reconciler watches them all: the managed ones are the wall,
+/// the others are holes in it where the baseline guards their namespace (allow-web,
+/// `ingress: [{}]`, in team-b once team-b is guarded too).
 #[test]
-fn only_the_policies_the_reconciler_watches_are_read() {
-    let state = from_manifests(&options(
+fn every_policy_is_read_and_the_others_are_holes() {
+    let mut state = from_manifests(&options(
         &["converged/baseline.yaml"],
         Some("converged/cluster"),
     ))
@@ -365,9 +371,45 @@ fn only_the_policies_the_reconciler_watches_are_read() {
     let names: Vec<String> = state.policies.iter().map(|p| p.name_any()).collect();
     assert_eq!(
         names,
-        vec!["nsb-guarded-allow-dns", "nsb-guarded-default-deny"],
-        "allow-web carries no managed-by label"
+        vec![
+            "nsb-guarded-allow-dns",
+            "nsb-guarded-default-deny",
+            "allow-web"
+        ]
     );
+    assert!(
+        plan(&state).baselines[0].holes.is_empty(),
+        "team-b is not guarded"
+    );
+    for namespace in &mut state.namespaces {
+        if namespace.name_any() == "team-b" {
+            let mut guarded = (**namespace).clone();
+            guarded
+                .labels_mut()
+                .insert("baseline".into(), "guarded".into());
+            *namespace = Arc::new(guarded);
+        }
+    }
+    let report = plan(&state);
+    let holes: Vec<String> = report.baselines[0]
+        .holes
+        .iter()
+        .map(|item| format!("{}: {}", item.namespace, item.hole))
+        .collect();
+    assert_eq!(
+        holes,
+        ["team-b: NetworkPolicy allow-web ingress rule 0 opens every port to the whole internet"]
+    );
+    assert_eq!((report.summary.holes, report.summary.breaches), (1, 1));
+    assert!(
+        report.baselines[0]
+            .changes
+            .iter()
+            .all(|change| change.namespace == "team-b"),
+        "a hole is reported, never written: the only writes are team-b's new wall"
+    );
+    let text = render_text(&report);
+    assert!(text.contains("  ! hole     team-b: NetworkPolicy allow-web ingress rule 0 opens every port to the whole internet (World)"), "{text}");
     // The API server's own namespace label is there, as in a cluster.
     assert_eq!(
         state.namespaces[0].labels().get(NAMESPACE_NAME_LABEL),

@@ -91,6 +91,13 @@ pub async fn run(options: RunOptions) -> Result<()> {
     let settings = Settings {
         concurrency: usize::from(options.concurrency),
         resync: options.resync_interval,
+        dns_namespace: Some(options.dns_namespace.clone())
+            .filter(|namespace| !namespace.is_empty()),
+        api_door: options
+            .api_door_policy
+            .clone()
+            .filter(|name| !name.is_empty())
+            .map(|name| (options.lease_namespace.clone(), name)),
     };
     let result = lead_while_elected(client, settings, &state, &identity, shutdown).await;
     let finished = finish(server, election).await;

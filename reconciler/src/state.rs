@@ -1,14 +1,18 @@
 //! Process-wide state, shared by every leadership term's controller and the HTTP server.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use namespace_baseline_core::holes::Hole;
 
 use tokio::time::Instant;
 
 use crate::leader::LeaderGate;
 use crate::metrics::Metrics;
 use crate::retry::Retries;
+use crate::scope::Scope;
 
 #[derive(Debug)]
 pub struct State {
@@ -16,6 +20,68 @@ pub struct State {
     pub leader: Arc<LeaderGate>,
     pub retries: Retries,
     pub health: Health,
+    pub holes: KnownHoles,
+}
+
+/// The holes each baseline has, by namespace: a scoped reconcile updates its namespaces
+/// only, the status counts them all, and each new one gets one Event.
+#[derive(Debug, Default)]
+pub struct KnownHoles {
+    by_baseline: Mutex<HashMap<String, BTreeMap<String, Vec<Hole>>>>,
+}
+
+impl KnownHoles {
+    /// Records the holes found in `scope`; returns every hole `baseline` has now, and those
+    /// it did not have before.
+    pub fn update(
+        &self,
+        baseline: &str,
+        scope: &Scope,
+        found: &[(String, Hole)],
+    ) -> (Vec<(String, Hole)>, Vec<(String, Hole)>) {
+        let mut known = self
+            .by_baseline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let holes = known.entry(baseline.to_owned()).or_default();
+        let before = match scope {
+            Scope::All => std::mem::take(holes),
+            Scope::Namespaces(namespaces) => namespaces
+                .iter()
+                .filter_map(|namespace| Some((namespace.clone(), holes.remove(namespace)?)))
+                .collect(),
+        };
+        let mut new = Vec::new();
+        for (namespace, hole) in found {
+            let seen = before.get(namespace).is_some_and(|old| {
+                old.iter().any(|o| {
+                    (&o.policy, o.direction, o.rule) == (&hole.policy, hole.direction, hole.rule)
+                })
+            });
+            if !seen {
+                new.push((namespace.clone(), hole.clone()));
+            }
+            holes
+                .entry(namespace.clone())
+                .or_default()
+                .push(hole.clone());
+        }
+        let all = holes
+            .iter()
+            .flat_map(|(namespace, holes)| {
+                holes.iter().map(|hole| (namespace.clone(), hole.clone()))
+            })
+            .collect();
+        (all, new)
+    }
+
+    /// Forgets a baseline (deleted).
+    pub fn forget(&self, baseline: &str) {
+        self.by_baseline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(baseline);
+    }
 }
 
 impl State {
@@ -25,6 +91,7 @@ impl State {
             leader,
             retries: Retries::default(),
             health: Health::default(),
+            holes: KnownHoles::default(),
         }
     }
 

@@ -1,13 +1,22 @@
 //! What a NamespaceBaseline's status should say after a reconcile, and whether that differs
 //! from what it says now. Pure: the controller decides whether to write from [`changed`].
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use namespace_baseline_core::doors::Reachability;
+use namespace_baseline_core::holes::{Hole, Width, count_by_width};
 use namespace_baseline_core::spec::{Mode, NamespaceBaselineStatus};
 
 use crate::error::{Error, ErrorClass};
 
 pub const READY: &str = "Ready";
 pub const DEGRADED: &str = "Degraded";
+pub const SEALED: &str = "Sealed";
+pub const DNS_REACHABLE: &str = "DNSReachable";
+
+/// How many policies a `Sealed=False` message names.
+const NAMED_BREACHES: usize = 5;
 
 /// Why a reconcile did not complete, as the status tells it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +51,22 @@ pub struct Report {
     /// could not be repaired (0 when the reconcile succeeded).
     pub drifted: u32,
     pub failure: Option<Failure>,
+    /// Managed policies repaired by this reconcile (deleted, or spec or labels changed).
+    pub drift_repairs: u32,
+    /// The holes other policies open in the covered namespaces, with their namespace;
+    /// `None` when not computed (an invalid spec).
+    pub holes: Option<Vec<(String, Hole)>>,
+    /// Whether the DNS door reaches the DNS Service's endpoints; `None` without a door or
+    /// without the check (`--dns-namespace` empty).
+    pub dns: Option<DnsCheck>,
+}
+
+/// The DNS door's check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DnsCheck {
+    Checked(Reachability),
+    /// The DNS namespace's objects are not listed yet (or cannot be: RBAC): `Unknown`.
+    NotYet(String),
 }
 
 /// The status `report` calls for. Conditions keep their `lastTransitionTime` from
@@ -53,8 +78,7 @@ pub fn desired(
 ) -> NamespaceBaselineStatus {
     let (ready, degraded) = conditions(report);
     let previous_conditions = previous.map_or(&[][..], |status| &status.conditions[..]);
-    let stamp = |(status, reason, message): (bool, &str, String), type_: &str| {
-        let status = if status { "True" } else { "False" };
+    let stamp_as = |status: &str, reason: &str, message: String, type_: &str| {
         let last_transition_time = previous_conditions
             .iter()
             .find(|condition| condition.type_ == type_ && condition.status == status)
@@ -71,13 +95,83 @@ pub fn desired(
             last_transition_time,
         }
     };
+    let stamp = |(status, reason, message): (bool, &str, String), type_: &str| {
+        stamp_as(
+            if status { "True" } else { "False" },
+            reason,
+            message,
+            type_,
+        )
+    };
+    let mut conditions = vec![stamp(ready, READY), stamp(degraded, DEGRADED)];
+    if let Some(holes) = &report.holes {
+        conditions.push(stamp(sealed(holes), SEALED));
+    }
+    match &report.dns {
+        Some(DnsCheck::Checked(dns)) => conditions.push(stamp(
+            (dns.reachable, dns.reason, dns.message.clone()),
+            DNS_REACHABLE,
+        )),
+        Some(DnsCheck::NotYet(message)) => conditions.push(stamp_as(
+            "Unknown",
+            "NotListedYet",
+            message.clone(),
+            DNS_REACHABLE,
+        )),
+        None => {}
+    }
+    let previous_repairs = previous
+        .and_then(|status| status.drift_repairs)
+        .unwrap_or(0);
     NamespaceBaselineStatus {
         observed_generation: report.generation,
         namespaces: report.namespaces,
         objects_applied: report.objects_applied,
         drifted: Some(report.drifted),
-        conditions: vec![stamp(ready, READY), stamp(degraded, DEGRADED)],
+        drift_repairs: Some(previous_repairs + u64::from(report.drift_repairs)),
+        holes: report.holes.as_ref().map(|holes| hole_counts(holes)),
+        conditions,
     }
+}
+
+/// Holes by width, every width named (0 included) so that a closed hole shows as 0.
+pub fn hole_counts(holes: &[(String, Hole)]) -> BTreeMap<String, u32> {
+    count_by_width(holes.iter().map(|(_, hole)| hole))
+        .into_iter()
+        .map(|(width, count)| (width.as_str().to_owned(), count))
+        .collect()
+}
+
+/// `Sealed`: no hole to the whole internet or the whole cluster; else which (up to five).
+fn sealed(holes: &[(String, Hole)]) -> ConditionText {
+    let breaches: Vec<&(String, Hole)> =
+        holes.iter().filter(|(_, h)| h.width.is_breach()).collect();
+    if breaches.is_empty() {
+        let narrower = holes.len();
+        let message = if narrower == 0 {
+            "no other NetworkPolicy opens the wall".to_owned()
+        } else {
+            format!(
+                "{} opening the wall to some namespaces, pods or addresses, none to the world or the whole cluster",
+                plural(u32::try_from(narrower).unwrap_or(u32::MAX), "rule")
+            )
+        };
+        return (true, "NoBreach", message);
+    }
+    let reason = if breaches.iter().any(|(_, h)| h.width == Width::World) {
+        "OpenToWorld"
+    } else {
+        "OpenToCluster"
+    };
+    let mut named: Vec<String> = breaches
+        .iter()
+        .take(NAMED_BREACHES)
+        .map(|(namespace, hole)| format!("{namespace}: {hole}"))
+        .collect();
+    if breaches.len() > NAMED_BREACHES {
+        named.push(format!("and {} more", breaches.len() - NAMED_BREACHES));
+    }
+    (false, reason, named.join("; "))
 }
 
 /// Whether writing `desired` would change anything.
@@ -161,6 +255,9 @@ mod tests {
             objects_applied: 4,
             drifted: 0,
             failure: None,
+            drift_repairs: 0,
+            holes: None,
+            dns: None,
         }
     }
 
@@ -284,5 +381,114 @@ mod tests {
         let json = serde_json::to_value(&status).unwrap();
         let back: NamespaceBaselineStatus = serde_json::from_value(json).unwrap();
         assert!(!changed(Some(&back), &status));
+    }
+
+    fn hole(policy: &str, width: Width) -> (String, Hole) {
+        (
+            "team-a".to_owned(),
+            Hole {
+                policy: policy.to_owned(),
+                direction: namespace_baseline_core::holes::Direction::Ingress,
+                rule: 0,
+                width,
+                all_ports: true,
+            },
+        )
+    }
+
+    #[test]
+    fn holes_are_counted_by_width_and_only_world_or_cluster_unseal_the_wall() {
+        let narrow = Report {
+            holes: Some(vec![hole("web", Width::Pods), hole("db", Width::Addresses)]),
+            ..report()
+        };
+        let status = desired(None, &narrow, &time(100));
+        let counts = status.holes.clone().unwrap();
+        assert_eq!(counts["Pods"], 1);
+        assert_eq!(counts["Addresses"], 1);
+        assert_eq!(counts["World"], 0);
+        let sealed = condition(&status, SEALED);
+        assert_eq!(
+            (sealed.status.as_str(), sealed.reason.as_str()),
+            ("True", "NoBreach")
+        );
+
+        let open: Vec<_> = (0..7)
+            .map(|i| hole(&format!("open-{i}"), Width::World))
+            .collect();
+        let breached = Report {
+            holes: Some([open, vec![hole("all", Width::Cluster)]].concat()),
+            ..report()
+        };
+        let status = desired(Some(&status), &breached, &time(200));
+        let sealed = condition(&status, SEALED);
+        assert_eq!(
+            (sealed.status.as_str(), sealed.reason.as_str()),
+            ("False", "OpenToWorld")
+        );
+        assert!(
+            sealed.message.contains(
+                "team-a: NetworkPolicy open-0 ingress rule 0 opens every port to the whole internet"
+            ),
+            "{}",
+            sealed.message
+        );
+        assert!(
+            sealed.message.ends_with("and 3 more"),
+            "five named: {}",
+            sealed.message
+        );
+        assert_eq!(sealed.last_transition_time, time(200));
+        assert_eq!(status.holes.unwrap()["World"], 7);
+    }
+
+    #[test]
+    fn the_dns_condition_says_what_the_check_found() {
+        let unreachable = Report {
+            dns: Some(DnsCheck::Checked(Reachability {
+                reachable: false,
+                reason: "PortMismatch",
+                message: "the endpoints listen on UDP 5353".to_owned(),
+            })),
+            ..report()
+        };
+        let status = desired(None, &unreachable, &time(100));
+        let dns = condition(&status, DNS_REACHABLE);
+        assert_eq!(
+            (dns.status.as_str(), dns.reason.as_str()),
+            ("False", "PortMismatch")
+        );
+        assert_eq!(dns.message, "the endpoints listen on UDP 5353");
+        assert!(
+            !desired(None, &report(), &time(100))
+                .conditions
+                .iter()
+                .any(|c| c.type_ == DNS_REACHABLE),
+            "no door, no condition"
+        );
+        let unlisted = Report {
+            dns: Some(DnsCheck::NotYet("not listed".to_owned())),
+            ..report()
+        };
+        let status = desired(None, &unlisted, &time(100));
+        let dns = condition(&status, DNS_REACHABLE);
+        assert_eq!(
+            (dns.status.as_str(), dns.reason.as_str()),
+            ("Unknown", "NotListedYet")
+        );
+    }
+
+    #[test]
+    fn drift_repairs_add_up_across_reconciles() {
+        let repaired = Report {
+            drift_repairs: 2,
+            ..report()
+        };
+        let first = desired(None, &repaired, &time(100));
+        assert_eq!(first.drift_repairs, Some(2));
+        let second = desired(Some(&first), &repaired, &time(200));
+        assert_eq!(second.drift_repairs, Some(4));
+        let quiet = desired(Some(&second), &report(), &time(300));
+        assert_eq!(quiet.drift_repairs, Some(4));
     }
 }

@@ -3,12 +3,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use namespace_baseline_core::identity::{
-    BASELINE_LABEL, baseline_label_value, deny_all_policy_name, dns_policy_name,
+    BASELINE_LABEL, baseline_label_value, claims_management, deny_all_policy_name, dns_policy_name,
 };
 use namespace_baseline_core::spec::NamespaceBaseline;
 
@@ -31,12 +31,12 @@ pub struct NamespaceTriggers {
 impl NamespaceTriggers {
     pub fn baselines_for(
         &self,
-        namespace: &Namespace,
+        namespace: &ObjectMeta,
         baselines: &[Arc<NamespaceBaseline>],
     ) -> Vec<ObjectRef<NamespaceBaseline>> {
-        let name = namespace.name_any();
-        let terminating = namespace.metadata.deletion_timestamp.is_some();
-        let labels = namespace.labels().clone();
+        let name = namespace.name.clone().unwrap_or_default();
+        let terminating = namespace.deletion_timestamp.is_some();
+        let labels = namespace.labels.clone().unwrap_or_default();
         let previous = {
             let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
             if terminating {
@@ -65,12 +65,35 @@ impl NamespaceTriggers {
     }
 }
 
-/// The baseline a managed NetworkPolicy belongs to: by its baseline label, or by its name
-/// when that label was tampered with (the policy is then ours to repair).
+/// The baselines a NetworkPolicy event concerns. A managed policy belongs to its baseline:
+/// by its baseline label, or by its name when that label was tampered with (the policy is
+/// then ours to repair). Any other policy may open a hole in the walls of the baselines that
+/// cover its namespace (`namespace_labels` reads them from the namespace cache).
 pub fn baselines_for_policy(
     policy: &NetworkPolicy,
     baselines: &[Arc<NamespaceBaseline>],
+    namespace_labels: impl Fn(&str) -> Option<BTreeMap<String, String>>,
 ) -> Vec<ObjectRef<NamespaceBaseline>> {
+    if !claims_management(policy.labels()) {
+        let Some(labels) = policy
+            .metadata
+            .namespace
+            .as_deref()
+            .and_then(&namespace_labels)
+        else {
+            return Vec::new();
+        };
+        return baselines
+            .iter()
+            .filter(|baseline| {
+                baseline
+                    .spec
+                    .validate()
+                    .is_ok_and(|selector| selector.matches(&labels))
+            })
+            .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
+            .collect();
+    }
     let label = policy.labels().get(BASELINE_LABEL);
     let name = policy.name_any();
     baselines
@@ -85,6 +108,21 @@ pub fn baselines_for_policy(
         .collect()
 }
 
+/// The baselines whose DNS door is checked against the DNS namespace's objects: those with
+/// a door whose Service is in `namespace`.
+pub fn baselines_for_dns(
+    namespace: &str,
+    baselines: &[Arc<NamespaceBaseline>],
+) -> Vec<ObjectRef<NamespaceBaseline>> {
+    baselines
+        .iter()
+        .filter(|baseline| {
+            baseline.spec.allow_dns && baseline.spec.dns_target().service_ref().0 == namespace
+        })
+        .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +130,10 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
     use namespace_baseline_core::NamespaceBaselineSpec;
+
+    fn no_namespaces(_: &str) -> Option<BTreeMap<String, String>> {
+        None
+    }
 
     fn names(refs: Vec<ObjectRef<NamespaceBaseline>>) -> Vec<String> {
         let mut names: Vec<_> = refs.into_iter().map(|r| r.name).collect();
@@ -115,29 +157,33 @@ mod tests {
         let triggers = NamespaceTriggers::default();
         let ns = namespace("team-a", &[("baseline", "guarded"), ("tier", "1")]);
         assert_eq!(
-            names(triggers.baselines_for(&ns, &baselines())),
+            names(triggers.baselines_for(&ns.metadata, &baselines())),
             ["guarded", "tiered"]
         );
         let other = namespace("other", &[("a", "c")]);
-        assert!(triggers.baselines_for(&other, &baselines()).is_empty());
+        assert!(
+            triggers
+                .baselines_for(&other.metadata, &baselines())
+                .is_empty()
+        );
     }
 
     #[test]
     fn a_namespace_leaving_a_baseline_triggers_it() {
         let triggers = NamespaceTriggers::default();
         triggers.baselines_for(
-            &namespace("team-a", &[("baseline", "guarded")]),
+            &namespace("team-a", &[("baseline", "guarded")]).metadata,
             &baselines(),
         );
         let left = namespace("team-a", &[("baseline", "open")]);
         assert_eq!(
-            names(triggers.baselines_for(&left, &baselines())),
+            names(triggers.baselines_for(&left.metadata, &baselines())),
             ["guarded"]
         );
         // ... and once it has left, it concerns that baseline no more.
         let moved = namespace("team-a", &[("tier", "2")]);
         assert_eq!(
-            names(triggers.baselines_for(&moved, &baselines())),
+            names(triggers.baselines_for(&moved.metadata, &baselines())),
             ["tiered"]
         );
     }
@@ -146,19 +192,23 @@ mod tests {
     fn events_that_change_no_label_trigger_nothing() {
         let triggers = NamespaceTriggers::default();
         let mut ns = namespace("team-a", &[("baseline", "guarded")]);
-        triggers.baselines_for(&ns, &baselines());
+        triggers.baselines_for(&ns.metadata, &baselines());
         ns.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
-        assert!(triggers.baselines_for(&ns, &baselines()).is_empty());
+        assert!(
+            triggers
+                .baselines_for(&ns.metadata, &baselines())
+                .is_empty()
+        );
     }
 
     #[test]
     fn a_namespace_going_away_triggers_its_baselines_and_is_forgotten() {
         let triggers = NamespaceTriggers::default();
         let mut ns = namespace("team-a", &[("baseline", "guarded")]);
-        triggers.baselines_for(&ns, &baselines());
+        triggers.baselines_for(&ns.metadata, &baselines());
         ns.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
         assert_eq!(
-            names(triggers.baselines_for(&ns, &baselines())),
+            names(triggers.baselines_for(&ns.metadata, &baselines())),
             ["guarded"]
         );
         assert!(triggers.seen.lock().unwrap().is_empty());
@@ -173,7 +223,7 @@ mod tests {
         );
         for policy in &policies {
             assert_eq!(
-                names(baselines_for_policy(policy, &baselines())),
+                names(baselines_for_policy(policy, &baselines(), no_namespaces)),
                 ["guarded"]
             );
         }
@@ -191,7 +241,7 @@ mod tests {
             .labels_mut()
             .insert(BASELINE_LABEL.into(), "someone-else".into());
         assert_eq!(
-            names(baselines_for_policy(&policy, &baselines())),
+            names(baselines_for_policy(&policy, &baselines(), no_namespaces)),
             ["guarded"]
         );
     }
@@ -206,12 +256,65 @@ mod tests {
         ];
         let mut policy = stored_wall(&long, "team-a", &spec).remove(0);
         policy.metadata.name = Some("renamed".into());
-        assert_eq!(names(baselines_for_policy(&policy, &baselines)), [long]);
+        assert_eq!(
+            names(baselines_for_policy(&policy, &baselines, no_namespaces)),
+            [long]
+        );
     }
 
     #[test]
     fn a_policy_of_a_deleted_baseline_maps_to_nothing() {
         let policy = stored_wall("gone", "team-a", &NamespaceBaselineSpec::new("x")).remove(0);
-        assert!(baselines_for_policy(&policy, &baselines()).is_empty());
+        assert!(baselines_for_policy(&policy, &baselines(), no_namespaces).is_empty());
+    }
+
+    #[test]
+    fn another_policy_triggers_the_baselines_covering_its_namespace() {
+        let policy: NetworkPolicy = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "team-open", "namespace": "team-a"},
+            "spec": {"podSelector": {}, "ingress": [{}]},
+        }))
+        .unwrap();
+        let labels = |name: &str| {
+            (name == "team-a").then(|| {
+                BTreeMap::from([
+                    ("baseline".to_owned(), "guarded".to_owned()),
+                    ("tier".to_owned(), "1".to_owned()),
+                ])
+            })
+        };
+        assert_eq!(
+            names(baselines_for_policy(&policy, &baselines(), labels)),
+            ["guarded", "tiered"]
+        );
+        let elsewhere = |_: &str| Some(BTreeMap::from([("x".to_owned(), "y".to_owned())]));
+        assert!(baselines_for_policy(&policy, &baselines(), elsewhere).is_empty());
+        // An unknown namespace (not cached yet) concerns nobody.
+        assert!(baselines_for_policy(&policy, &baselines(), no_namespaces).is_empty());
+    }
+
+    #[test]
+    fn dns_objects_trigger_the_baselines_whose_door_they_serve() {
+        let mut openshift = NamespaceBaselineSpec::new("os");
+        openshift.dns = Some(
+            serde_json::from_value(serde_json::json!({"service": "openshift-dns/dns-default"}))
+                .unwrap(),
+        );
+        let mut no_door = NamespaceBaselineSpec::new("closed");
+        no_door.allow_dns = false;
+        let all = vec![
+            Arc::new(baseline(
+                "guarded",
+                NamespaceBaselineSpec::new("baseline=guarded"),
+            )),
+            Arc::new(baseline("openshift", openshift)),
+            Arc::new(baseline("closed", no_door)),
+        ];
+        assert_eq!(names(baselines_for_dns("kube-system", &all)), ["guarded"]);
+        assert_eq!(
+            names(baselines_for_dns("openshift-dns", &all)),
+            ["openshift"]
+        );
+        assert!(baselines_for_dns("default", &all).is_empty());
     }
 }

@@ -11,12 +11,13 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use namespace_baseline_core::identity::FIELD_MANAGER;
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
-use namespace_baseline_core::wall::Change;
+use namespace_baseline_core::wall::{Change, Drift};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
 use crate::controller::Context;
 use crate::error::{Error, ErrorClass, Result};
+use crate::state::State;
 
 /// Upper bound for one write: a connection that stops answering is a transient failure,
 /// not a reconcile stuck for the client's 295 s read timeout. (A leader's writes are also
@@ -31,30 +32,37 @@ const GATE_WAIT: Duration = Duration::from_secs(2);
 const MAX_EVENT_NOTE: usize = 1024;
 
 impl Context {
-    /// Runs one write to the API, if and while this replica may write: the gate is checked
-    /// right before the request goes out (waiting briefly while a lease renewal is retried),
-    /// and the request is abandoned before another replica could take the lease over.
+    /// Runs one write to the API through [`gated`].
     pub(crate) async fn write<T>(
         &self,
         request: impl Future<Output = kube::Result<T>>,
     ) -> Result<kube::Result<T>> {
-        if !self.state.leader.wait_leading(GATE_WAIT).await {
-            return Err(Error::NotLeader);
-        }
-        let budget = self
-            .state
-            .leader
-            .write_budget(WRITE_TIMEOUT)
-            .ok_or(Error::NotLeader)?;
-        Ok(tokio::time::timeout(budget, request)
-            .await
-            .unwrap_or_else(|_| {
-                Err(kube::Error::Service(Box::new(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {budget:?}"),
-                ))))
-            }))
+        gated(&self.state, request).await
     }
+}
+
+/// Runs one write to the API, if and while this replica may write: the gate is checked
+/// right before the request goes out (waiting briefly while a lease renewal is retried),
+/// and the request is abandoned before another replica could take the lease over.
+pub(crate) async fn gated<T>(
+    state: &State,
+    request: impl Future<Output = kube::Result<T>>,
+) -> Result<kube::Result<T>> {
+    if !state.leader.wait_leading(GATE_WAIT).await {
+        return Err(Error::NotLeader);
+    }
+    let budget = state
+        .leader
+        .write_budget(WRITE_TIMEOUT)
+        .ok_or(Error::NotLeader)?;
+    Ok(tokio::time::timeout(budget, request)
+        .await
+        .unwrap_or_else(|_| {
+            Err(kube::Error::Service(Box::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {budget:?}"),
+            ))))
+        }))
 }
 
 /// Writes made, by kind, with the drifted objects repaired.
@@ -115,8 +123,20 @@ async fn apply_namespace(ctx: &Context, changes: Vec<Change>) -> (Counts, Option
     for change in changes {
         let result = match &change {
             Change::Create(policy) => server_side_apply(ctx, policy).await,
-            Change::Repair(policy, _) => server_side_apply(ctx, policy).await,
-            Change::Delete { namespace, name } => delete(ctx, namespace, name).await,
+            Change::Repair(policy, drift) => {
+                let applied = server_side_apply(ctx, policy).await;
+                if applied.is_ok() && *drift == Drift::Deleted {
+                    ctx.caches.tombstones.take(
+                        policy.metadata.namespace.as_deref().unwrap_or_default(),
+                        policy.metadata.name.as_deref().unwrap_or_default(),
+                    );
+                }
+                applied
+            }
+            Change::Delete { namespace, name } => {
+                ctx.caches.tombstones.expect_deletion(namespace, name);
+                delete(ctx, namespace, name).await
+            }
         };
         if let Err(error) = result {
             counts.unapplied = total - counts.writes();
@@ -125,9 +145,10 @@ async fn apply_namespace(ctx: &Context, changes: Vec<Change>) -> (Counts, Option
         match change {
             Change::Create(_) => counts.created += 1,
             Change::Repair(policy, drift) => counts.repaired.push(format!(
-                "{}/{} ({drift:?})",
+                "{}/{} ({})",
                 policy.namespace().unwrap_or_default(),
-                policy.name_any()
+                policy.name_any(),
+                drift.describe()
             )),
             Change::Delete { .. } => counts.deleted += 1,
         }

@@ -13,9 +13,11 @@ use serde::Deserialize;
 pub use payload::{check_settings, evaluate, read_request};
 pub use request::{AdmissionRequest, GroupVersionKind, MetadataView, ObjectView, UserInfo};
 pub use rules::{
-    review_namespace_update, review_policy_create, review_policy_delete, review_policy_update,
+    LiveBaselines, MAX_HOLES_LISTED, opened_breaches, review_namespace_update,
+    review_policy_create, review_policy_delete, review_policy_holes, review_policy_update,
+    walling_guard,
 };
-pub use settings::{CONTROL_PLANE_USERS, Gate, PolicySettings};
+pub use settings::{CONTROL_PLANE_USERS, Gate, HolesSetting, PolicySettings};
 
 use crate::selector::LabelSelector;
 use crate::spec::Mode;
@@ -24,12 +26,23 @@ use crate::spec::Mode;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Allow,
+    /// Allowed, with warnings for the requester (the API server returns them as `Warning`
+    /// headers; kubectl prints each as `Warning: ...`).
+    Warn(Vec<String>),
     Deny(String),
 }
 
 impl Verdict {
     pub fn is_allowed(&self) -> bool {
-        matches!(self, Self::Allow)
+        !matches!(self, Self::Deny(_))
+    }
+
+    /// The warnings an accepted request carries.
+    pub fn warnings(&self) -> &[String] {
+        match self {
+            Self::Warn(warnings) => warnings,
+            Self::Allow | Self::Deny(_) => &[],
+        }
     }
 }
 
@@ -106,10 +119,17 @@ impl k8s_openapi::ListableResource for LiveBaseline {
     const LIST_KIND: &'static str = "NamespaceBaselineList";
 }
 
-/// Reads the live baselines, when the settings ask for them. Called at most once per
-/// request, and only when the answer can change the verdict.
+/// What the policy reads from the cluster through the policy-server's host capabilities.
+/// Each read is made at most once per request, and only when the answer can change the
+/// verdict.
 pub trait BaselineSource {
+    /// The live NamespaceBaselines, when the settings ask for them (`contextAware`).
     fn baselines(&self) -> Result<Vec<LiveBaseline>, String>;
+
+    /// The Namespace `name` (its name and labels), read for the holes check: only for a
+    /// NetworkPolicy that opens a `World` or `Cluster` hole, to learn whether its namespace
+    /// is walled. A namespace that does not exist is an error like any other failed read.
+    fn namespace(&self, name: &str) -> Result<ObjectView, String>;
 }
 
 /// Reviews one admission request. Requests this policy does not guard, or cannot read, are
@@ -128,11 +148,38 @@ pub fn review(request: &AdmissionRequest, gate: &Gate, source: &dyn BaselineSour
     let operation = request.operation.as_str();
     let (new, old) = (request.object.as_ref(), request.old_object.as_ref());
     if request.is_network_policy() {
-        match (operation, new, old) {
-            ("CREATE", Some(new), _) => review_policy_create(new),
-            ("UPDATE", Some(new), Some(old)) => review_policy_update(old, new),
-            ("DELETE", _, Some(old)) => review_policy_delete(old, live),
-            _ => Verdict::Allow,
+        // The wall's own rules first; what they allow may still open a hole in it.
+        let (verdict, opened) = match (operation, new, old) {
+            ("CREATE", Some(new), _) => (review_policy_create(new), Some((new, None))),
+            ("UPDATE", Some(new), Some(old)) => {
+                (review_policy_update(old, new), Some((new, Some(old))))
+            }
+            ("DELETE", _, Some(old)) => (review_policy_delete(old, live), None),
+            _ => (Verdict::Allow, None),
+        };
+        match (verdict, opened) {
+            (Verdict::Allow, Some((new, old))) if gate.holes != HolesSetting::Ignore => {
+                let namespace = if request.namespace.is_empty() {
+                    new.metadata.namespace.as_str()
+                } else {
+                    request.namespace.as_str()
+                };
+                let old = old.and_then(ObjectView::network_policy);
+                match new.network_policy() {
+                    Some(new) => review_policy_holes(
+                        &new,
+                        old.as_ref(),
+                        gate.holes,
+                        namespace,
+                        || source.namespace(namespace),
+                        &gate.guards,
+                        live,
+                    ),
+                    // A spec that is not a NetworkPolicy's opens nothing we can name.
+                    None => Verdict::Allow,
+                }
+            }
+            (verdict, _) => verdict,
         }
     } else if request.is_namespace() {
         match (operation, new, old) {

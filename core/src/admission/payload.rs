@@ -57,6 +57,10 @@ mod tests {
         fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
             Ok(Vec::new())
         }
+
+        fn namespace(&self, name: &str) -> Result<crate::admission::ObjectView, String> {
+            Err(format!("namespaces {name:?} not found"))
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -63,6 +65,35 @@ where
     D: serde::Deserializer<'de>,
 {
     Ok(Option::deserialize(deserializer)?.unwrap_or_default())
+}
+
+impl ObjectView {
+    /// The object as a NetworkPolicy: its name, namespace and labels, and the spec read as a
+    /// NetworkPolicy's. `None` when the spec is not one (the holes check then has nothing it
+    /// can name, and the request is allowed like any other it cannot read); no spec at all
+    /// is a policy without one.
+    pub fn network_policy(&self) -> Option<NetworkPolicy> {
+        let spec = match &self.spec {
+            Value::Null => None,
+            // Through its text: the policy reads JSON text everywhere else, and the
+            // `Deserializer` for `Value` would add a second JSON reader to the wasm module.
+            spec => Some(
+                serde_json::to_string(spec)
+                    .ok()
+                    .and_then(|text| serde_json::from_str::<NetworkPolicySpec>(&text).ok())?,
+            ),
+        };
+        let text = |value: &str| (!value.is_empty()).then(|| value.to_owned());
+        Some(NetworkPolicy {
+            metadata: ObjectMeta {
+                name: text(&self.metadata.name),
+                namespace: text(&self.metadata.namespace),
+                labels: Some(self.metadata.labels.clone()),
+                ..ObjectMeta::default()
+            },
+            spec,
+        })
+    }
 }
 
 impl AdmissionRequest {

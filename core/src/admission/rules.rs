@@ -1,7 +1,12 @@
 //! One pure function per admission case. Each message names the object, the rule, and what
 //! to do instead.
 
-use super::{Guard, LiveBaseline, ObjectView, Verdict};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule,
+};
+
+use super::{Guard, HolesSetting, LiveBaseline, ObjectView, Verdict};
+use crate::holes::{Direction, Hole, Width, holes};
 use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, baseline_label_value, claims_management};
 use crate::wall::canonical_json;
 
@@ -141,4 +146,189 @@ fn label_key(namespace_label: &str) -> &str {
     namespace_label
         .split_once('=')
         .map_or(namespace_label, |(key, _)| key)
+}
+
+/// At most this many holes are named in one denial or as separate warnings; the rest are
+/// counted (the API server truncates long warnings and drops many).
+pub const MAX_HOLES_LISTED: usize = 5;
+
+/// One rule of a NetworkPolicy, for telling whether an UPDATE changed it.
+#[derive(PartialEq)]
+enum Rule<'a> {
+    Ingress(&'a NetworkPolicyIngressRule),
+    Egress(&'a NetworkPolicyEgressRule),
+}
+
+fn rule_of<'a>(policy: &'a NetworkPolicy, hole: &Hole) -> Option<Rule<'a>> {
+    let spec = policy.spec.as_ref()?;
+    match hole.direction {
+        Direction::Ingress => spec.ingress.as_ref()?.get(hole.rule).map(Rule::Ingress),
+        Direction::Egress => spec.egress.as_ref()?.get(hole.rule).map(Rule::Egress),
+    }
+}
+
+/// The `World` and `Cluster` holes `new` opens that `old` (the stored object of an UPDATE)
+/// did not already open: a breach counts as already open when `old` had a breach in the same
+/// direction through an identical rule (the rule's place in the list may have moved). A
+/// managed policy opens none ([`holes`]).
+pub fn opened_breaches(new: &NetworkPolicy, old: Option<&NetworkPolicy>) -> Vec<Hole> {
+    let already: Vec<Rule<'_>> = old.map_or_else(Vec::new, |old| {
+        holes(old)
+            .iter()
+            .filter(|hole| hole.width.is_breach())
+            .filter_map(|hole| rule_of(old, hole))
+            .collect()
+    });
+    holes(new)
+        .into_iter()
+        .filter(|hole| hole.width.is_breach())
+        .filter(|hole| rule_of(new, hole).is_none_or(|rule| !already.contains(&rule)))
+        .collect()
+}
+
+/// The guard that walls `namespace`: the settings' guards first; then, when the policy is
+/// context-aware, the live baselines' (read only if no settings guard matched). `Ok(None)`:
+/// no baseline covers it.
+pub fn walling_guard(
+    namespace: &ObjectView,
+    guards: &[Guard],
+    live: impl FnOnce() -> LiveBaselines,
+) -> Result<Option<Guard>, String> {
+    let labels = &namespace.metadata.labels;
+    if let Some(guard) = guards.iter().find(|guard| guard.selector.matches(labels)) {
+        return Ok(Some(guard.clone()));
+    }
+    Ok(live()?.and_then(|baselines| {
+        baselines
+            .iter()
+            // Only a baseline whose label key the namespace carries can match it.
+            .filter(|baseline| labels.contains_key(label_key(&baseline.spec.namespace_label)))
+            .filter_map(LiveBaseline::guard)
+            .find(|guard| guard.selector.matches(labels))
+    }))
+}
+
+/// What to write instead of a hole this wide, for people.
+fn instead(width: Width) -> &'static str {
+    match width {
+        Width::Cluster => {
+            "select the namespaces the rule is for by label (namespaceSelector.matchLabels), or the pods (podSelector), rather than every namespace (namespaceSelector: {})"
+        }
+        _ => {
+            "name the peers the rule is for rather than any address: pods (podSelector), namespaces by label (namespaceSelector.matchLabels), or an ipBlock narrower than 0.0.0.0/0 and ::/0"
+        }
+    }
+}
+
+/// The same, short enough for a warning.
+fn instead_briefly(width: Width) -> &'static str {
+    match width {
+        Width::Cluster => "select namespaces by label instead of namespaceSelector: {}",
+        _ => "name its peers instead (pods, labelled namespaces, or a narrower ipBlock)",
+    }
+}
+
+/// Who walls the namespace, short enough for a warning.
+fn walled_by(guard: &Guard) -> String {
+    match &guard.baseline {
+        Some(name) => format!("NamespaceBaseline {name:?}"),
+        None => format!("the guard label {}", guard.selector),
+    }
+}
+
+/// CREATE or UPDATE of a NetworkPolicy the wall's own rules allow: whether it opens a
+/// `World` or `Cluster` hole in a walled namespace, and what the `holes` setting does about
+/// it. `old` is the stored object of an UPDATE: only breaches it did not already open count
+/// ([`opened_breaches`]), so an UPDATE that leaves an existing breach as it was (a label, a
+/// finalizer, another rule) is not refused for it; the reconciler's `Sealed` condition
+/// reports the breach.
+///
+/// `namespace` is read (a host call) only when there is a breach to report, and the live
+/// baselines only when no settings guard walls it. When the namespace (or the live
+/// baselines) cannot be read, the request is accepted with a warning that says so, whatever
+/// the setting: a hole is not the wall itself, the reconciler reports it anyway, and failing
+/// closed would refuse such policies in every namespace, walled or not, while the API server
+/// is unreachable.
+pub fn review_policy_holes(
+    new: &NetworkPolicy,
+    old: Option<&NetworkPolicy>,
+    setting: HolesSetting,
+    namespace: &str,
+    read_namespace: impl FnOnce() -> Result<ObjectView, String>,
+    guards: &[Guard],
+    live: impl FnOnce() -> LiveBaselines,
+) -> Verdict {
+    if setting == HolesSetting::Ignore {
+        return Verdict::Allow;
+    }
+    let opened = opened_breaches(new, old);
+    let Some(first) = opened.first() else {
+        return Verdict::Allow;
+    };
+    let more = opened.len() - 1;
+    let walled = read_namespace().and_then(|view| walling_guard(&view, guards, live));
+    let guard = match walled {
+        Ok(Some(guard)) => guard,
+        Ok(None) => return Verdict::Allow,
+        Err(error) => {
+            return Verdict::Warn(vec![format!(
+                "could not check whether namespace {namespace:?} is walled ({error}); if it is, {first}{}",
+                match more {
+                    0 => String::new(),
+                    more => format!(" (and {})", more_breaches(more)),
+                }
+            )]);
+        }
+    };
+    let listed = &opened[..opened.len().min(MAX_HOLES_LISTED)];
+    let unlisted = opened.len() - listed.len();
+    let policy = new.metadata.name.as_deref().unwrap_or_default();
+    match setting {
+        HolesSetting::Deny => {
+            let mut named: Vec<String> = listed.iter().map(ToString::to_string).collect();
+            if unlisted > 0 {
+                named.push(format!("and {}", more_breaches(unlisted)));
+            }
+            let advice: Vec<&str> = [Width::World, Width::Cluster]
+                .into_iter()
+                .filter(|width| opened.iter().any(|hole| hole.width == *width))
+                .map(instead)
+                .collect();
+            Verdict::Deny(format!(
+                "namespace {namespace:?} is walled by {guard}, and {}: {}. To allow only what is needed, {}. (The policy setting holes: Deny refuses World and Cluster holes in walled namespaces; an exempt identity may still write them)",
+                match opened.len() {
+                    1 => "this opens its wall".to_owned(),
+                    count => format!("this opens its wall in {count} places"),
+                },
+                named.join("; "),
+                advice.join("; and ")
+            ))
+        }
+        HolesSetting::Warn | HolesSetting::Ignore => {
+            let mut warnings: Vec<String> = listed
+                .iter()
+                .map(|hole| {
+                    format!(
+                        "{hole} in namespace {namespace:?}, walled by {}: {}",
+                        walled_by(&guard),
+                        instead_briefly(hole.width)
+                    )
+                })
+                .collect();
+            if unlisted > 0 {
+                warnings.push(format!(
+                    "NetworkPolicy {policy} opens {} in namespace {namespace:?}",
+                    more_breaches(unlisted)
+                ));
+            }
+            Verdict::Warn(warnings)
+        }
+    }
+}
+
+fn more_breaches(count: usize) -> String {
+    format!(
+        "{count} more World or Cluster hole{}",
+        if count == 1 { "" } else { "s" }
+    )
 }

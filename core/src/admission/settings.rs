@@ -22,6 +22,9 @@ pub struct PolicySettings {
     pub exempt_groups: Vec<String>,
     /// `namespace:name` of ServiceAccounts.
     pub exempt_service_accounts: Vec<String>,
+    /// What to do with a CREATE or UPDATE of a NetworkPolicy that opens a `World` or
+    /// `Cluster` hole in a walled namespace: `Warn`, `Deny` or `Ignore` ([`HolesSetting`]).
+    pub holes: String,
 }
 
 impl Default for PolicySettings {
@@ -33,7 +36,50 @@ impl Default for PolicySettings {
             exempt_users: Vec::new(),
             exempt_groups: Vec::new(),
             exempt_service_accounts: Vec::new(),
+            holes: HolesSetting::Warn.as_str().to_owned(),
         }
+    }
+}
+
+/// What the policy does with a NetworkPolicy that opens a `World` or `Cluster` hole (see
+/// [`crate::holes::Width::is_breach`]) in a walled namespace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HolesSetting {
+    /// Accept it with an admission warning (kubectl prints it).
+    #[default]
+    Warn,
+    /// Reject it, naming the rule and what to write instead.
+    Deny,
+    /// Accept it silently; the namespace is never read.
+    Ignore,
+}
+
+impl HolesSetting {
+    pub const ALL: [Self; 3] = [Self::Warn, Self::Deny, Self::Ignore];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Warn => "Warn",
+            Self::Deny => "Deny",
+            Self::Ignore => "Ignore",
+        }
+    }
+
+    /// The setting as written; the names are case-sensitive, as Kubernetes enums are.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|setting| setting.as_str() == text)
+            .ok_or_else(|| {
+                let hint = Self::ALL
+                    .into_iter()
+                    .find(|setting| setting.as_str().eq_ignore_ascii_case(text.trim()))
+                    .map(|setting| format!(" (did you mean {}?)", setting.as_str()))
+                    .unwrap_or_default();
+                format!(
+                    "holes {text:?} is not a choice: write Warn (accept with a warning), Deny or Ignore{hint}"
+                )
+            })
     }
 }
 
@@ -83,6 +129,9 @@ impl PolicySettings {
                 ));
             }
         }
+        if let Err(problem) = HolesSetting::parse(&self.holes) {
+            problems.push(problem);
+        }
         if problems.is_empty() {
             Ok(())
         } else {
@@ -116,6 +165,9 @@ impl PolicySettings {
                 })
                 .collect(),
             context_aware: self.context_aware,
+            // `validate` refuses anything else; the default is what an unreadable value
+            // would have meant had it been left out.
+            holes: HolesSetting::parse(&self.holes).unwrap_or_default(),
             exempt_users,
             exempt_groups: self.exempt_groups.iter().cloned().collect(),
         }
@@ -140,6 +192,7 @@ fn parse_service_account(account: &str) -> Result<(&str, &str), String> {
 pub struct Gate {
     pub guards: Vec<super::Guard>,
     pub context_aware: bool,
+    pub holes: HolesSetting,
     exempt_users: HashSet<String>,
     exempt_groups: HashSet<String>,
 }
@@ -184,7 +237,9 @@ mod tests {
         "exemptUsers": ["alice"],
         "exemptGroups": ["breakglass"],
         "exemptServiceAccounts": ["ops:rescue"],
+        "holes": "Deny",
     }))]
+    #[case::holes_ignored(json!({"contextAware": true, "holes": "Ignore"}))]
     fn valid_settings(#[case] value: serde_json::Value) {
         assert_eq!(settings(value).unwrap().validate(), Ok(()));
     }
@@ -199,6 +254,9 @@ mod tests {
     #[case::account_without_namespace(json!({"contextAware": true, "exemptServiceAccounts": ["rescue"]}), "namespace:name")]
     #[case::account_bad_namespace(json!({"contextAware": true, "exemptServiceAccounts": ["Ops:rescue"]}), "not a namespace name")]
     #[case::account_bad_name(json!({"contextAware": true, "exemptServiceAccounts": ["ops:"]}), "not a ServiceAccount name")]
+    #[case::holes_lowercase(json!({"contextAware": true, "holes": "deny"}), "holes \"deny\" is not a choice: write Warn (accept with a warning), Deny or Ignore (did you mean Deny?)")]
+    #[case::holes_unknown(json!({"contextAware": true, "holes": "Block"}), "holes \"Block\" is not a choice: write Warn (accept with a warning), Deny or Ignore")]
+    #[case::holes_empty(json!({"contextAware": true, "holes": ""}), "holes \"\" is not a choice")]
     fn invalid_settings_say_what_to_fix(#[case] value: serde_json::Value, #[case] message: &str) {
         let error = settings(value).unwrap().validate().unwrap_err();
         assert!(error.contains(message), "{error}");
@@ -207,8 +265,23 @@ mod tests {
     #[rstest]
     #[case::unknown_field(json!({"guardSelector": ["a"]}), "unknown field `guardSelector`")]
     #[case::wrong_type(json!({"contextAware": "yes"}), "invalid type")]
+    #[case::holes_wrong_type(json!({"contextAware": true, "holes": true}), "invalid type: boolean `true`, expected a string")]
     fn unreadable_settings_are_refused(#[case] value: serde_json::Value, #[case] message: &str) {
         assert!(settings(value).unwrap_err().contains(message));
+    }
+
+    #[rstest]
+    #[case::default(json!({"contextAware": true}), HolesSetting::Warn)]
+    #[case::warn(json!({"contextAware": true, "holes": "Warn"}), HolesSetting::Warn)]
+    #[case::deny(json!({"contextAware": true, "holes": "Deny"}), HolesSetting::Deny)]
+    #[case::ignore(json!({"contextAware": true, "holes": "Ignore"}), HolesSetting::Ignore)]
+    fn the_holes_setting_reaches_the_gate(
+        #[case] value: serde_json::Value,
+        #[case] expected: HolesSetting,
+    ) {
+        let settings = settings(value).unwrap();
+        assert_eq!(settings.validate(), Ok(()));
+        assert_eq!(settings.gate().holes, expected);
     }
 
     #[rstest]

@@ -14,6 +14,10 @@ impl BaselineSource for Cluster {
     fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
         self.0.clone()
     }
+
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        panic!("namespace {name} was read, but no request here opens a hole")
+    }
 }
 
 /// A source that must not be asked (settings-only mode).
@@ -22,6 +26,10 @@ struct Unreachable;
 impl BaselineSource for Unreachable {
     fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
         panic!("the live baselines were read although contextAware is off")
+    }
+
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        panic!("namespace {name} was read although nothing needed it")
     }
 }
 
@@ -96,6 +104,7 @@ fn context_gate() -> Gate {
 fn assert_verdict(verdict: Verdict, allowed: bool, message: &str) {
     match verdict {
         Verdict::Allow => assert!(allowed, "allowed, expected a denial containing {message:?}"),
+        Verdict::Warn(warnings) => panic!("allowed with warnings {warnings:?}, expected no holes"),
         Verdict::Deny(text) => {
             assert!(!allowed, "denied ({text}), expected allowed");
             assert!(text.contains(message), "{text:?} lacks {message:?}");
@@ -264,4 +273,427 @@ fn dry_run_gets_the_same_verdict() {
     request.dry_run = true;
     assert_eq!(review(&request, &settings_gate(), &Unreachable), real);
     assert!(!real.is_allowed());
+}
+
+// --- Holes: NetworkPolicies that open the wall of a walled namespace ---
+
+/// A cluster for the holes check: one namespace (or a failure to read it) and the live
+/// baselines, counting reads.
+struct Walls {
+    namespace: Result<Value, String>,
+    baselines: Result<Vec<LiveBaseline>, String>,
+    namespace_reads: std::cell::Cell<usize>,
+    baseline_reads: std::cell::Cell<usize>,
+}
+
+impl Walls {
+    fn namespace(labels: Value) -> Self {
+        Self {
+            namespace: Ok(json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": "team-a", "labels": labels},
+            })),
+            baselines: Ok(Vec::new()),
+            namespace_reads: std::cell::Cell::new(0),
+            baseline_reads: std::cell::Cell::new(0),
+        }
+    }
+
+    fn walled() -> Self {
+        Self::namespace(json!({"kubernetes.io/metadata.name": "team-a", "baseline": "guarded"}))
+    }
+
+    fn unwalled() -> Self {
+        Self::namespace(json!({"kubernetes.io/metadata.name": "team-a", "team": "a"}))
+    }
+
+    fn with_baselines(mut self, cluster: Cluster) -> Self {
+        self.baselines = cluster.0;
+        self
+    }
+
+    fn unreadable(error: &str) -> Self {
+        Self {
+            namespace: Err(error.to_owned()),
+            ..Self::walled()
+        }
+    }
+
+    fn reads(&self) -> (usize, usize) {
+        (self.namespace_reads.get(), self.baseline_reads.get())
+    }
+}
+
+impl BaselineSource for Walls {
+    fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
+        self.baseline_reads.set(self.baseline_reads.get() + 1);
+        self.baselines.clone()
+    }
+
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        self.namespace_reads.set(self.namespace_reads.get() + 1);
+        assert_eq!(name, "team-a", "the request's namespace is the one read");
+        self.namespace
+            .clone()
+            .map(|value| serde_json::from_value(value).unwrap())
+    }
+}
+
+fn holes_gate(setting: &str) -> Gate {
+    PolicySettings {
+        guard_selectors: vec!["baseline=guarded".into()],
+        exempt_users: vec!["breakglass-admin".into()],
+        holes: setting.into(),
+        ..PolicySettings::default()
+    }
+    .gate()
+}
+
+fn team_policy(spec: Value) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "web", "namespace": "team-a", "labels": {"app": "web"}},
+        "spec": spec,
+    })
+}
+
+fn holes_request(operation: &str, user: &str, new: Value, old: Value) -> AdmissionRequest {
+    let mut request = request("NetworkPolicy", operation, user, new, old);
+    request.namespace = "team-a".into();
+    request
+}
+
+/// What a holes review should come to.
+#[derive(Debug)]
+enum Expect {
+    Silent,
+    Warned(&'static str),
+    Denied(&'static str),
+}
+
+fn assert_holes(verdict: &Verdict, expect: &Expect) {
+    match (expect, verdict) {
+        (Expect::Silent, Verdict::Allow) => {}
+        (Expect::Warned(wanted), Verdict::Warn(warnings)) => assert!(
+            warnings.iter().any(|warning| warning.contains(wanted)),
+            "{warnings:?} lacks {wanted:?}"
+        ),
+        (Expect::Denied(wanted), Verdict::Deny(message)) => {
+            assert!(message.contains(wanted), "{message:?} lacks {wanted:?}")
+        }
+        (expect, verdict) => panic!("expected {expect:?}, got {verdict:?}"),
+    }
+}
+
+const WORLD_IN: &str = "NetworkPolicy web ingress rule 0 opens every port to the whole internet";
+const WORLD_OUT: &str = "NetworkPolicy web egress rule 0 opens every port to the whole internet";
+const CLUSTER_IN: &str =
+    "NetworkPolicy web ingress rule 0 opens every port to every pod of the cluster";
+
+fn ingress_from_anywhere() -> Value {
+    json!({"podSelector": {}, "ingress": [{}]})
+}
+
+fn egress_to(cidr: Value) -> Value {
+    json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": cidr}]}]})
+}
+
+#[rstest]
+#[case::ingress_from_anywhere_warn("Warn", ingress_from_anywhere(), Expect::Warned(WORLD_IN), 1)]
+#[case::empty_from_list_warn("Warn", json!({"podSelector": {}, "ingress": [{"from": []}]}), Expect::Warned(WORLD_IN), 1)]
+#[case::internet_v4_warn("Warn", egress_to(json!({"cidr": "0.0.0.0/0"})), Expect::Warned(WORLD_OUT), 1)]
+#[case::internet_v4_except_warn("Warn", egress_to(json!({"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]})), Expect::Warned(WORLD_OUT), 1)]
+#[case::internet_v6_warn("Warn", egress_to(json!({"cidr": "::/0"})), Expect::Warned(WORLD_OUT), 1)]
+#[case::every_namespace_warn("Warn", json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}), Expect::Warned(CLUSTER_IN), 1)]
+#[case::narrow_pods_warn("Warn", json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "lb"}}}]}]}), Expect::Silent, 0)]
+#[case::some_namespaces_warn("Warn", json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "b"}}}]}]}), Expect::Silent, 0)]
+#[case::subnet_warn("Warn", egress_to(json!({"cidr": "10.1.0.0/16"})), Expect::Silent, 0)]
+#[case::ingress_from_anywhere_deny("Deny", ingress_from_anywhere(), Expect::Denied(WORLD_IN), 1)]
+#[case::empty_from_list_deny("Deny", json!({"podSelector": {}, "ingress": [{"from": []}]}), Expect::Denied(WORLD_IN), 1)]
+#[case::internet_v4_deny("Deny", egress_to(json!({"cidr": "0.0.0.0/0"})), Expect::Denied(WORLD_OUT), 1)]
+#[case::internet_v4_except_deny("Deny", egress_to(json!({"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]})), Expect::Denied(WORLD_OUT), 1)]
+#[case::internet_v6_deny("Deny", egress_to(json!({"cidr": "::/0"})), Expect::Denied(WORLD_OUT), 1)]
+#[case::every_namespace_deny("Deny", json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}), Expect::Denied(CLUSTER_IN), 1)]
+#[case::narrow_pods_deny("Deny", json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "lb"}}}]}]}), Expect::Silent, 0)]
+#[case::ingress_from_anywhere_ignore("Ignore", ingress_from_anywhere(), Expect::Silent, 0)]
+#[case::every_namespace_ignore("Ignore", json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}), Expect::Silent, 0)]
+#[case::egress_not_governed("Deny", json!({"podSelector": {}, "policyTypes": ["Ingress"], "egress": [{}]}), Expect::Silent, 0)]
+#[case::unreadable_spec("Deny", json!({"podSelector": {}, "ingress": "everything"}), Expect::Silent, 0)]
+fn holes_in_a_walled_namespace_by_width_and_setting(
+    #[case] setting: &str,
+    #[case] spec: Value,
+    #[case] expect: Expect,
+    #[case] namespace_reads: usize,
+) {
+    let cluster = Walls::walled();
+    let request = holes_request("CREATE", "bob", team_policy(spec), Value::Null);
+    let verdict = review(&request, &holes_gate(setting), &cluster);
+    assert_holes(&verdict, &expect);
+    assert_eq!(cluster.reads(), (namespace_reads, 0));
+}
+
+#[test]
+fn a_warning_and_a_denial_read_like_this() {
+    let request = holes_request(
+        "CREATE",
+        "bob",
+        team_policy(ingress_from_anywhere()),
+        Value::Null,
+    );
+    assert_eq!(
+        review(&request, &holes_gate("Warn"), &Walls::walled()),
+        Verdict::Warn(vec![
+            "NetworkPolicy web ingress rule 0 opens every port to the whole internet in namespace \"team-a\", walled by the guard label baseline=guarded: name its peers instead (pods, labelled namespaces, or a narrower ipBlock)".to_owned()
+        ])
+    );
+    assert_eq!(
+        review(&request, &holes_gate("Deny"), &Walls::walled()),
+        Verdict::Deny(
+            "namespace \"team-a\" is walled by the guard label baseline=guarded (policy settings), and this opens its wall: NetworkPolicy web ingress rule 0 opens every port to the whole internet. To allow only what is needed, name the peers the rule is for rather than any address: pods (podSelector), namespaces by label (namespaceSelector.matchLabels), or an ipBlock narrower than 0.0.0.0/0 and ::/0. (The policy setting holes: Deny refuses World and Cluster holes in walled namespaces; an exempt identity may still write them)".to_owned()
+        )
+    );
+}
+
+#[rstest]
+#[case::warn("Warn")]
+#[case::deny("Deny")]
+fn holes_elsewhere_are_not_the_policys_concern(#[case] setting: &str) {
+    let cluster = Walls::unwalled();
+    let request = holes_request(
+        "CREATE",
+        "bob",
+        team_policy(ingress_from_anywhere()),
+        Value::Null,
+    );
+    assert_eq!(
+        review(&request, &holes_gate(setting), &cluster),
+        Verdict::Allow
+    );
+    assert_eq!(cluster.reads(), (1, 0), "settings mode reads no baseline");
+}
+
+#[rstest]
+#[case::reconciler(RECONCILER)]
+#[case::break_glass("breakglass-admin")]
+#[case::namespace_controller("system:serviceaccount:kube-system:namespace-controller")]
+fn exempt_identities_open_holes_unasked(#[case] user: &str) {
+    let request = holes_request(
+        "CREATE",
+        user,
+        team_policy(ingress_from_anywhere()),
+        Value::Null,
+    );
+    assert_eq!(
+        review(&request, &holes_gate("Deny"), &Unreachable),
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn managed_policies_are_not_holes() {
+    // A drifted managed policy (the reconciler will repair it) whose annotations change: the
+    // wall's rules allow it, and the wall's own policies are never holes.
+    let drifted = policy(
+        managed_labels(),
+        json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "egress": [{}]}),
+    );
+    let mut annotated = drifted.clone();
+    annotated["metadata"]["annotations"] = json!({"note": "investigating"});
+    let request = holes_request("UPDATE", "bob", annotated, drifted);
+    assert_eq!(
+        review(&request, &holes_gate("Deny"), &Unreachable),
+        Verdict::Allow
+    );
+}
+
+#[rstest]
+#[case::live_baseline_walls(live(&[("guarded", "zone=internal", "Enforce")]), json!({"zone": "internal"}), Expect::Warned("walled by NamespaceBaseline \"guarded\""), (1, 1))]
+#[case::audit_baseline_does_not(live(&[("guarded", "zone=internal", "Audit")]), json!({"zone": "internal"}), Expect::Silent, (1, 1))]
+#[case::settings_guard_first(Cluster(Err("not asked".into())), json!({"baseline": "guarded"}), Expect::Warned("walled by the guard label baseline=guarded"), (1, 0))]
+#[case::no_baseline_matches(live(&[("guarded", "zone=internal", "Enforce")]), json!({"zone": "external"}), Expect::Silent, (1, 1))]
+#[case::baselines_unreadable(Cluster(Err("timeout".into())), json!({"zone": "internal"}), Expect::Warned("could not check whether namespace \"team-a\" is walled (timeout); if it is, NetworkPolicy web ingress rule 0 opens every port to the whole internet"), (1, 1))]
+fn context_aware_walls_come_from_the_live_baselines(
+    #[case] baselines: Cluster,
+    #[case] labels: Value,
+    #[case] expect: Expect,
+    #[case] reads: (usize, usize),
+) {
+    let gate = PolicySettings {
+        guard_selectors: vec!["baseline=guarded".into()],
+        context_aware: true,
+        ..PolicySettings::default()
+    }
+    .gate();
+    let cluster = Walls::namespace(labels).with_baselines(baselines);
+    let request = holes_request(
+        "CREATE",
+        "bob",
+        team_policy(ingress_from_anywhere()),
+        Value::Null,
+    );
+    assert_holes(&review(&request, &gate, &cluster), &expect);
+    assert_eq!(cluster.reads(), reads);
+}
+
+#[rstest]
+#[case::warn("Warn")]
+#[case::deny("Deny")]
+fn an_unreadable_namespace_is_accepted_with_a_warning(#[case] setting: &str) {
+    let cluster = Walls::unreadable("namespaces \"team-a\" is forbidden");
+    let request = holes_request(
+        "CREATE",
+        "bob",
+        team_policy(
+            json!({"podSelector": {}, "ingress": [{}, {"from": [{"namespaceSelector": {}}]}]}),
+        ),
+        Value::Null,
+    );
+    assert_eq!(
+        review(&request, &holes_gate(setting), &cluster),
+        Verdict::Warn(vec![
+            "could not check whether namespace \"team-a\" is walled (namespaces \"team-a\" is forbidden); if it is, NetworkPolicy web ingress rule 0 opens every port to the whole internet (and 1 more World or Cluster hole)".to_owned()
+        ])
+    );
+    assert_eq!(cluster.reads(), (1, 0));
+}
+
+#[rstest]
+#[case::label_added_to_a_policy_with_a_hole(
+    json!({"podSelector": {}, "ingress": [{}]}),
+    json!({"podSelector": {}, "ingress": [{}]}),
+    Expect::Silent, 0
+)]
+#[case::the_same_hole_moved(
+    json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}, {}]}),
+    json!({"podSelector": {}, "ingress": [{}, {"from": [{"podSelector": {}}]}]}),
+    Expect::Silent, 0
+)]
+#[case::another_rule_narrowed(
+    json!({"podSelector": {}, "ingress": [{}, {"from": [{"podSelector": {}}]}]}),
+    json!({"podSelector": {}, "ingress": [{}, {"from": [{"podSelector": {"matchLabels": {"app": "lb"}}}]}]}),
+    Expect::Silent, 0
+)]
+#[case::a_hole_made_wider(
+    json!({"podSelector": {}, "ingress": [{"ports": [{"port": 443}]}]}),
+    json!({"podSelector": {}, "ingress": [{}]}),
+    Expect::Denied(WORLD_IN), 1
+)]
+#[case::a_narrow_rule_opened(
+    json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "b"}}}]}]}),
+    json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}),
+    Expect::Denied(CLUSTER_IN), 1
+)]
+#[case::egress_governed_now(
+    json!({"podSelector": {}, "policyTypes": ["Ingress"], "egress": [{}]}),
+    json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "egress": [{}]}),
+    Expect::Denied(WORLD_OUT), 1
+)]
+fn an_update_is_judged_on_the_holes_it_opens(
+    #[case] old_spec: Value,
+    #[case] new_spec: Value,
+    #[case] expect: Expect,
+    #[case] namespace_reads: usize,
+) {
+    let cluster = Walls::walled();
+    let mut new = team_policy(new_spec);
+    new["metadata"]["labels"]["reviewed"] = json!("yes");
+    let request = holes_request("UPDATE", "bob", new, team_policy(old_spec));
+    assert_holes(&review(&request, &holes_gate("Deny"), &cluster), &expect);
+    assert_eq!(cluster.reads(), (namespace_reads, 0));
+}
+
+#[test]
+fn an_existing_hole_is_not_reported_again_with_a_new_one() {
+    let old = team_policy(json!({"podSelector": {}, "ingress": [{}]}));
+    let new = team_policy(json!({
+        "podSelector": {},
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [{}],
+        "egress": [{"to": [{"ipBlock": {"cidr": "::/0"}}]}],
+    }));
+    let request = holes_request("UPDATE", "bob", new, old);
+    match review(&request, &holes_gate("Deny"), &Walls::walled()) {
+        Verdict::Deny(message) => {
+            assert!(message.contains(WORLD_OUT), "{message}");
+            assert!(!message.contains("ingress rule 0"), "{message}");
+            assert!(message.contains("and this opens its wall:"), "{message}");
+        }
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+#[test]
+fn many_holes_are_counted_past_the_fifth() {
+    let rules: Vec<Value> = (0..7).map(|_| json!({})).collect();
+    let spec = json!({"podSelector": {}, "ingress": rules});
+    let request = holes_request("CREATE", "bob", team_policy(spec), Value::Null);
+    let Verdict::Warn(warnings) = review(&request, &holes_gate("Warn"), &Walls::walled()) else {
+        panic!("expected warnings");
+    };
+    assert_eq!(warnings.len(), MAX_HOLES_LISTED + 1, "{warnings:?}");
+    assert!(warnings[4].starts_with("NetworkPolicy web ingress rule 4 opens"));
+    assert_eq!(
+        warnings[5],
+        "NetworkPolicy web opens 2 more World or Cluster holes in namespace \"team-a\""
+    );
+    let Verdict::Deny(message) = review(&request, &holes_gate("Deny"), &Walls::walled()) else {
+        panic!("expected a denial");
+    };
+    assert!(
+        message.contains("this opens its wall in 7 places: NetworkPolicy web ingress rule 0 opens"),
+        "{message}"
+    );
+    assert!(
+        message.contains("ingress rule 4 opens every port to the whole internet; and 2 more World or Cluster holes."),
+        "{message}"
+    );
+    assert!(!message.contains("rule 5"), "{message}");
+}
+
+#[test]
+fn a_denial_names_what_to_do_for_each_width() {
+    let spec = json!({"podSelector": {}, "ingress": [{}, {"from": [{"namespaceSelector": {}}]}]});
+    let request = holes_request("CREATE", "bob", team_policy(spec), Value::Null);
+    let Verdict::Deny(message) = review(&request, &holes_gate("Deny"), &Walls::walled()) else {
+        panic!("expected a denial");
+    };
+    assert!(message.contains("rather than any address"), "{message}");
+    assert!(
+        message.contains("rather than every namespace (namespaceSelector: {})"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_wall_rules_come_before_the_holes() {
+    // Claiming management is refused as such, whatever holes the policy would open.
+    let spoofed = policy(
+        managed_labels(),
+        json!({"podSelector": {}, "ingress": [{}]}),
+    );
+    let request = holes_request("CREATE", "bob", spoofed, Value::Null);
+    assert_verdict(
+        review(&request, &holes_gate("Deny"), &Unreachable),
+        false,
+        "only the Namespace Baseline reconciler may set",
+    );
+}
+
+#[test]
+fn dry_run_opens_holes_the_same_way() {
+    let mut request = holes_request(
+        "CREATE",
+        "bob",
+        team_policy(ingress_from_anywhere()),
+        Value::Null,
+    );
+    let real = review(&request, &holes_gate("Warn"), &Walls::walled());
+    request.dry_run = true;
+    assert_eq!(
+        review(&request, &holes_gate("Warn"), &Walls::walled()),
+        real
+    );
+    assert!(!real.warnings().is_empty());
 }

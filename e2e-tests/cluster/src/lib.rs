@@ -68,6 +68,45 @@ pub const TEST_MANAGER: &str = "nsb-e2e";
 /// The label key the tests' namespaces carry; each scenario has its own value.
 pub const SCENARIO_LABEL: &str = "e2e.hedronite.io/scenario";
 
+/// The Service a default DNS door is checked against.
+pub const DNS_SERVICE: &str = "kube-dns";
+
+/// The stand-in cluster DNS objects of [`Cluster`]'s install (see `install_dns_objects`).
+pub fn dns_objects() -> Vec<Value> {
+    let labels = json!({"app.kubernetes.io/managed-by": TEST_MANAGER});
+    vec![
+        // Without a controller-manager nothing creates it, and a pod needs it.
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": "kube-system"},
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": DNS_SERVICE, "namespace": "kube-system", "labels": labels},
+            "spec": {"selector": {"k8s-app": "kube-dns"}, "ports": [
+                {"name": "dns", "protocol": "UDP", "port": 53, "targetPort": 53},
+                {"name": "dns-tcp", "protocol": "TCP", "port": 53, "targetPort": 53}]},
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "coredns-stand-in", "namespace": "kube-system",
+                         "labels": {"k8s-app": "kube-dns", "app.kubernetes.io/managed-by": TEST_MANAGER}},
+            // Never scheduled (no node): the object only carries the labels an endpoint's
+            // pod has.
+            "spec": {"nodeName": "no-such-node", "containers": [{"name": "coredns", "image": "coredns/coredns:stand-in"}]},
+        }),
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kube-dns-stand-in", "namespace": "kube-system",
+                         "labels": {"kubernetes.io/service-name": DNS_SERVICE, "app.kubernetes.io/managed-by": TEST_MANAGER}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.53"], "conditions": {"ready": true},
+                           "targetRef": {"kind": "Pod", "namespace": "kube-system", "name": "coredns-stand-in"}}],
+            "ports": [{"name": "dns", "protocol": "UDP", "port": 53}, {"name": "dns-tcp", "protocol": "TCP", "port": 53}],
+        }),
+    ]
+}
+
 /// Repository root (the workspace), for `deploy/`.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -171,6 +210,32 @@ impl Cluster {
             self.apply(&object)
                 .await
                 .context("applying deploy/rbac.yaml")?;
+        }
+        self.install_dns_objects().await
+    }
+
+    /// A control plane without a node has no cluster DNS: give it the objects a CoreDNS
+    /// Deployment would leave (the `kube-system/kube-dns` Service, one `k8s-app=kube-dns` pod
+    /// and a ready EndpointSlice naming it on UDP and TCP 53), so that a default DNS door is
+    /// checked against a DNS that fits it. A cluster with its own `kube-dns` keeps it.
+    async fn install_dns_objects(&self) -> Result<()> {
+        let services: Api<k8s_openapi::api::core::v1::Service> =
+            Api::namespaced(self.admin.clone(), "kube-system");
+        if let Some(existing) = services.get_opt(DNS_SERVICE).await? {
+            let ours = existing.metadata.labels.is_some_and(|labels| {
+                labels
+                    .get("app.kubernetes.io/managed-by")
+                    .map(String::as_str)
+                    == Some(TEST_MANAGER)
+            });
+            if !ours {
+                return Ok(());
+            }
+        }
+        for object in dns_objects() {
+            self.apply(&object).await.with_context(|| {
+                format!("applying the stand-in DNS objects ({})", object["kind"])
+            })?;
         }
         Ok(())
     }
@@ -829,7 +894,10 @@ impl Audit {
         let mut lines = Vec::new();
         let mut offset = mark.0;
         // Only complete lines: the API server may be writing the last one.
-        for line in text.split_inclusive('\n').filter(|line| line.ends_with('\n')) {
+        for line in text
+            .split_inclusive('\n')
+            .filter(|line| line.ends_with('\n'))
+        {
             offset += line.len() as u64;
             if let Ok(event) = serde_json::from_str::<AuditEvent>(line) {
                 lines.push((offset, event));

@@ -28,13 +28,12 @@ pub struct Window {
 }
 
 impl Window {
-    /// The requests of `username` inside the window (Lease renewals excluded: a leader
-    /// renews its Lease every few seconds whatever it reconciles).
+    /// The requests of `username` inside the window.
     pub fn requests_of(&self, username: &str) -> Option<Vec<AuditEvent>> {
         self.events.as_ref().map(|events| {
             events
                 .iter()
-                .filter(|e| e.user.username == username && e.resource() != "leases")
+                .filter(|e| e.user.username == username)
                 .cloned()
                 .collect()
         })
@@ -104,11 +103,7 @@ impl Cluster {
     /// API server handled in it. The window starts when the opening marker is answered and
     /// ends when the closing one arrives; it is checked to be at least `length` long.
     pub async fn observe_window(&self, label: &str, length: Duration) -> Result<Window> {
-        let id = format!(
-            "nsb-window-{}-{}",
-            label,
-            Timestamp::now().as_microsecond()
-        );
+        let id = format!("nsb-window-{}-{}", label, Timestamp::now().as_microsecond());
         let started = std::time::Instant::now();
         let open = self.marker(&format!("{id}-open")).await?;
         tokio::time::sleep(length).await;
@@ -141,7 +136,12 @@ impl Cluster {
     /// the audit log's timestamps: its last request has been answered and nothing followed.
     /// Returns how long that took. Without an audit log (`NSB_SKIP_AUDIT=1`) it waits
     /// `quiet`.
-    pub async fn settle(&self, username: &str, quiet: Duration, timeout: Duration) -> Result<Duration> {
+    pub async fn settle(
+        &self,
+        username: &str,
+        quiet: Duration,
+        timeout: Duration,
+    ) -> Result<Duration> {
         let from = self.audit.mark();
         let since = Timestamp::now();
         if self.audit.lines_since(from).is_none() {
@@ -152,7 +152,10 @@ impl Cluster {
             &format!("{username} to make no request for {quiet:?}"),
             timeout,
             || async {
-                let events = self.audit.requests_since(from, username).unwrap_or_default();
+                let events = self
+                    .audit
+                    .requests_since(from, username)
+                    .unwrap_or_default();
                 let last = events
                     .iter()
                     .filter(|event| event.resource() != "leases")

@@ -184,6 +184,9 @@ pub struct Report {
     pub cut_connections: u64,
     /// Connections that could not reach the API server (closed without an answer).
     pub upstream_failures: u64,
+    /// Client connections open now (TLS established, not yet closed or cut): a gauge, not a
+    /// count; 0 once a partition has taken effect.
+    pub open_connections: u64,
 }
 
 impl Report {
@@ -210,6 +213,7 @@ impl Report {
             refused_connections: self.refused_connections - earlier.refused_connections,
             cut_connections: self.cut_connections - earlier.cut_connections,
             upstream_failures: self.upstream_failures - earlier.upstream_failures,
+            open_connections: self.open_connections,
         }
     }
 }
@@ -670,6 +674,15 @@ async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, shared: Arc<S
     }
 }
 
+/// Counts a client connection as open for as long as it lives.
+struct OpenConnection(Arc<Shared>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.record(|report| report.open_connections -= 1);
+    }
+}
+
 async fn serve(tcp: TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
     let mut cut = shared.cut.subscribe();
     let _ = tcp.set_nodelay(true);
@@ -681,6 +694,8 @@ async fn serve(tcp: TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
         },
         _ = cut.changed() => return,
     };
+    shared.record(|report| report.open_connections += 1);
+    let _open = OpenConnection(shared.clone());
     let connection = Arc::new(Connection::default());
     let service_shared = shared.clone();
     let service =

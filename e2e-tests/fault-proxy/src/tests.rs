@@ -300,9 +300,17 @@ async fn a_partition_cuts_open_watches_and_refuses_until_healed() {
     let proxy = proxy().await;
     let mut watching = client(&proxy).await.unwrap();
     let body = open_watch(&mut watching, "/watch?watch=true&resourceVersion=1").await;
+    assert_eq!(proxy.report().open_connections, 1);
     proxy.partition();
     let ended = watch_end(body, "the watch is cut at once").await;
     assert_ne!(ended, Some(false));
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        while proxy.report().open_connections > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "a connection outlived the partition");
     // New connections fail until healed.
     let refused = match client(&proxy).await {
         Err(_) => true,

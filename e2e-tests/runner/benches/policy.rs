@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
-use namespace_baseline_core::admission::{BaselineSource, LiveBaseline};
+use namespace_baseline_core::admission::{BaselineSource, LiveBaseline, ObjectView};
 use namespace_baseline_e2e::{Cluster, PolicyHost};
 use namespace_baseline_formats::fixture::{self, Fixture};
 use serde_json::{Value, json};
@@ -67,14 +67,27 @@ fn baselines(count: usize) -> Vec<Value> {
         .collect()
 }
 
-/// The native counterpart of the host capability: the same list JSON, parsed the same way.
-struct NativeCluster(Vec<u8>);
+/// The native counterpart of the host capabilities: the same JSON, parsed the same way.
+struct NativeCluster {
+    list: Vec<u8>,
+    namespaces: Vec<Value>,
+}
 
 impl BaselineSource for NativeCluster {
     fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
-        serde_json::from_slice::<k8s_openapi::List<LiveBaseline>>(&self.0)
+        serde_json::from_slice::<k8s_openapi::List<LiveBaseline>>(&self.list)
             .map(|list| list.items)
             .map_err(|e| e.to_string())
+    }
+
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        let found = self
+            .namespaces
+            .iter()
+            .find(|namespace| namespace["metadata"]["name"] == name)
+            .ok_or_else(|| format!("namespaces {name:?} not found"))?;
+        let bytes = serde_json::to_vec(found).map_err(|e| e.to_string())?;
+        serde_json::from_slice(&bytes).map_err(|e| e.to_string())
     }
 }
 
@@ -96,6 +109,7 @@ fn prepare(case: &Case) -> Prepared {
         None => fixture.baselines.clone(),
     };
     let list = json!({"apiVersion": "hedronite.io/v1alpha1", "kind": "NamespaceBaselineList", "metadata": {}, "items": items});
+    let namespaces = fixture.namespaces.clone();
     Prepared {
         class: case.class,
         baselines: case.baselines,
@@ -105,8 +119,15 @@ fn prepare(case: &Case) -> Prepared {
         .unwrap(),
         settings: fixture.settings,
         request: fixture.request,
-        cluster: Cluster::with_baselines(items),
-        native: NativeCluster(serde_json::to_vec(&list).unwrap()),
+        cluster: Cluster {
+            baselines: items,
+            namespaces: namespaces.clone(),
+            host_error: None,
+        },
+        native: NativeCluster {
+            list: serde_json::to_vec(&list).unwrap(),
+            namespaces,
+        },
         allowed: fixture.expect.allowed.expect("expect.allowed"),
     }
 }

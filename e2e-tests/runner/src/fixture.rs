@@ -12,6 +12,7 @@ impl From<&Fixture> for Cluster {
     fn from(fixture: &Fixture) -> Self {
         Self {
             baselines: fixture.baselines.clone(),
+            namespaces: fixture.namespaces.clone(),
             host_error: fixture.host_error.clone(),
         }
     }
@@ -30,6 +31,8 @@ pub struct Report {
     pub failures: Vec<String>,
     /// The message the policy returned, for the detailed listing.
     pub message: Option<String>,
+    /// The warnings the policy returned (`validate` only).
+    pub warnings: Vec<String>,
 }
 
 impl Report {
@@ -45,6 +48,7 @@ impl Report {
             host_calls: 0,
             failures: vec![format!("unreadable fixture: {}", unreadable.error)],
             message: None,
+            warnings: Vec::new(),
         }
     }
 }
@@ -63,6 +67,21 @@ fn describe_error(error: &crate::Error) -> String {
 fn check_calls<T>(evaluation: &Evaluation<T>, during: &str, failures: &mut Vec<String>) {
     for call in evaluation.unexpected_calls() {
         failures.push(format!("{during}: {call}"));
+    }
+}
+
+/// Each warning must contain its expected substring, in order, and there must be as many
+/// warnings as substrings (none when none are expected).
+fn check_warnings(expected: &[String], warnings: &[String], failures: &mut Vec<String>) {
+    let matches = expected.len() == warnings.len()
+        && expected
+            .iter()
+            .zip(warnings)
+            .all(|(wanted, warning)| warning.contains(wanted.as_str()));
+    if !matches {
+        failures.push(format!(
+            "warnings {warnings:?} do not match the expected {expected:?} (one substring per warning, in order)"
+        ));
     }
 }
 
@@ -95,6 +114,7 @@ pub fn run(host: &mut PolicyHost, fixture: &Fixture) -> Report {
         host_calls: 0,
         failures: Vec::new(),
         message: None,
+        warnings: Vec::new(),
     };
     let (valid, message, how) = match host.validate_settings(&fixture.settings) {
         Ok(settings) => {
@@ -157,6 +177,12 @@ pub fn run(host: &mut PolicyHost, fixture: &Fixture) -> Report {
     let response = &validation.response;
     report.got = if response.accepted { "allow" } else { "reject" }.into();
     report.message = response.message.clone();
+    report.warnings = response.warnings.clone().unwrap_or_default();
+    check_warnings(
+        &fixture.expect.warnings_contain,
+        &report.warnings,
+        &mut report.failures,
+    );
     let allowed = fixture.expect.allowed.unwrap_or(true);
     if response.accepted != allowed {
         report.failures.push(format!(
@@ -176,11 +202,17 @@ pub fn run(host: &mut PolicyHost, fixture: &Fixture) -> Report {
             .failures
             .push("a validating policy returned a mutated_object".into());
     }
-    if !fixture.context_aware() && !calls.is_empty() {
+    // Without contextAware the policy may read a Namespace (the holes check), never the
+    // NamespaceBaselines.
+    let lists: Vec<&&HostCall> = calls
+        .iter()
+        .filter(|call| call.is_baseline_list())
+        .collect();
+    if !fixture.context_aware() && !lists.is_empty() {
         report.failures.push(format!(
-            "contextAware is false but the policy made {} host call(s): {}",
-            calls.len(),
-            calls
+            "contextAware is false but the policy listed the NamespaceBaselines {} time(s): {}",
+            lists.len(),
+            lists
                 .iter()
                 .map(|call| call.to_string())
                 .collect::<Vec<_>>()
@@ -207,12 +239,39 @@ mod tests {
         let fixture = Fixture::parse(
             "x",
             r#"{"description": "d", "baselines": [{"kind": "NamespaceBaseline"}],
+                "namespaces": [{"metadata": {"name": "team-a"}}],
                 "hostError": "boom", "expect": {"allowed": false}}"#,
         )
         .expect("parses");
         let cluster = Cluster::from(&fixture);
         assert_eq!(cluster.host_error.as_deref(), Some("boom"));
         assert_eq!(cluster.baselines, fixture.baselines);
+        assert_eq!(cluster.namespaces, fixture.namespaces);
+    }
+
+    #[test]
+    fn warnings_one_substring_each_in_order() {
+        let mut failures = Vec::new();
+        let warnings = [
+            "ingress rule 0 opens".to_owned(),
+            "egress rule 1".to_owned(),
+        ];
+        check_warnings(&[], &[], &mut failures);
+        check_warnings(
+            &["rule 0".into(), "egress".into()],
+            &warnings,
+            &mut failures,
+        );
+        assert!(failures.is_empty(), "{failures:?}");
+        check_warnings(&[], &warnings, &mut failures);
+        check_warnings(&["rule 0".into()], &warnings, &mut failures);
+        check_warnings(
+            &["egress".into(), "rule 0".into()],
+            &warnings,
+            &mut failures,
+        );
+        check_warnings(&["rule 0".into()], &[], &mut failures);
+        assert_eq!(failures.len(), 4, "{failures:?}");
     }
 
     #[test]

@@ -144,6 +144,8 @@ pub struct SettingsResponse {
 pub struct Cluster {
     /// The `NamespaceBaseline` objects `list_resources_all` returns.
     pub baselines: Vec<Value>,
+    /// The `Namespace` objects `get_resource` returns by name; another name is not found.
+    pub namespaces: Vec<Value>,
     /// When set, every Kubernetes host capability fails with this message.
     pub host_error: Option<String>,
 }
@@ -152,7 +154,7 @@ impl Cluster {
     pub fn with_baselines(baselines: Vec<Value>) -> Self {
         Self {
             baselines,
-            host_error: None,
+            ..Self::default()
         }
     }
 }
@@ -179,6 +181,15 @@ pub enum CallOutcome {
 }
 
 impl HostCall {
+    /// A list of the NamespaceBaselines (what only `contextAware` may read).
+    pub fn is_baseline_list(&self) -> bool {
+        (
+            self.binding.as_str(),
+            self.namespace.as_str(),
+            self.operation.as_str(),
+        ) == ("kubewarden", "kubernetes", "list_resources_all")
+    }
+
     /// Logging through `kubewarden/tracing/log` is not a read of the cluster.
     pub fn is_log(&self) -> bool {
         (
@@ -254,8 +265,13 @@ fn host_callback(
     let mut state = lock(state);
     let (outcome, answer) = match (binding, namespace, operation) {
         ("kubewarden", "tracing", "log") => (CallOutcome::Answered, Ok(Vec::new())),
-        ("kubewarden", "kubernetes", "list_resources_all") => {
-            match list_baselines(&state.cluster, &parsed) {
+        ("kubewarden", "kubernetes", operation @ ("list_resources_all" | "get_resource")) => {
+            let answer = if operation == "get_resource" {
+                get_namespace(&state.cluster, &parsed)
+            } else {
+                list_baselines(&state.cluster, &parsed)
+            };
+            match answer {
                 Ok(body) => (CallOutcome::Answered, Ok(body)),
                 Err(Refusal::Failed(message)) => {
                     (CallOutcome::Failed(message.clone()), Err(message))
@@ -305,21 +321,7 @@ fn list_baselines(cluster: &Cluster, request: &Value) -> std::result::Result<Vec
     if let Some(message) = &cluster.host_error {
         return Err(Refusal::Failed(message.clone()));
     }
-    let masks: Option<BTreeSet<String>> = match field("field_masks") {
-        Value::Null => None,
-        Value::Array(items) if items.is_empty() => None,
-        Value::Array(items) => Some(
-            items
-                .iter()
-                .filter_map(|item| item.as_str().map(str::to_owned))
-                .collect(),
-        ),
-        other => {
-            return Err(Refusal::Unexpected(format!(
-                "unexpected host call kubewarden/kubernetes/list_resources_all: field_masks {other} is not a list"
-            )));
-        }
-    };
+    let masks = field_masks("list_resources_all", request)?;
     let items: Vec<Value> = cluster
         .baselines
         .iter()
@@ -335,6 +337,64 @@ fn list_baselines(cluster: &Cluster, request: &Value) -> std::result::Result<Vec
         "items": items,
     });
     serde_json::to_vec(&list).map_err(|error| Refusal::Failed(error.to_string()))
+}
+
+/// The field masks of a host call: `None` (the whole object) when absent or empty.
+fn field_masks(
+    operation: &str,
+    request: &Value,
+) -> std::result::Result<Option<BTreeSet<String>>, Refusal> {
+    match request.get("field_masks").unwrap_or(&Value::Null) {
+        Value::Null => Ok(None),
+        Value::Array(items) if items.is_empty() => Ok(None),
+        Value::Array(items) => Ok(Some(
+            items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_owned))
+                .collect(),
+        )),
+        other => Err(Refusal::Unexpected(format!(
+            "unexpected host call kubewarden/kubernetes/{operation}: field_masks {other} is not a list"
+        ))),
+    }
+}
+
+/// `get_resource` of a `v1` `Namespace`: the cluster's Namespace of that name, pruned to the
+/// requested field masks, or not found as the API server says it.
+fn get_namespace(cluster: &Cluster, request: &Value) -> std::result::Result<Vec<u8>, Refusal> {
+    let field = |name: &str| request.get(name).unwrap_or(&Value::Null);
+    if field("api_version") != "v1" || field("kind") != "Namespace" {
+        return Err(Refusal::Unexpected(format!(
+            "unexpected host call kubewarden/kubernetes/get_resource for {request}: only v1 Namespace is expected"
+        )));
+    }
+    if !field("namespace").is_null() {
+        return Err(Refusal::Unexpected(format!(
+            "unexpected host call kubewarden/kubernetes/get_resource with namespace {}: a Namespace is cluster-scoped",
+            field("namespace")
+        )));
+    }
+    let Some(name) = field("name").as_str() else {
+        return Err(Refusal::Unexpected(format!(
+            "unexpected host call kubewarden/kubernetes/get_resource without a name: {request}"
+        )));
+    };
+    let masks = field_masks("get_resource", request)?;
+    if let Some(message) = &cluster.host_error {
+        return Err(Refusal::Failed(message.clone()));
+    }
+    let Some(namespace) = cluster
+        .namespaces
+        .iter()
+        .find(|namespace| namespace["metadata"]["name"] == name)
+    else {
+        return Err(Refusal::Failed(format!("namespaces {name:?} not found")));
+    };
+    let answer = match &masks {
+        Some(masks) => prune(namespace, masks),
+        None => namespace.clone(),
+    };
+    serde_json::to_vec(&answer).map_err(|error| Refusal::Failed(error.to_string()))
 }
 
 /// Keeps `apiVersion`, `kind` and the dotted paths in `masks` (a path through a list applies
@@ -701,20 +761,97 @@ mod tests {
     }
 
     fn answer(cluster: &Cluster, request: &Value) -> (CallbackResult, Vec<HostCall>) {
+        call(cluster, "list_resources_all", request)
+    }
+
+    fn call(
+        cluster: &Cluster,
+        operation: &str,
+        request: &Value,
+    ) -> (CallbackResult, Vec<HostCall>) {
         let state = Mutex::new(HostState {
             cluster: cluster.clone(),
             calls: Vec::new(),
         });
         let payload = serde_json::to_vec(request).expect("encode");
-        let result = host_callback(
-            &state,
-            "kubewarden",
-            "kubernetes",
-            "list_resources_all",
-            &payload,
-        );
+        let result = host_callback(&state, "kubewarden", "kubernetes", operation, &payload);
         let calls = lock(&state).calls.clone();
         (result, calls)
+    }
+
+    /// A `get_resource` request as the SDK writes it.
+    fn get_request(api_version: &str, kind: &str, name: &str, namespace: Value) -> Value {
+        json!({
+            "api_version": api_version,
+            "kind": kind,
+            "name": name,
+            "namespace": namespace,
+            "disable_cache": false,
+            "field_masks": ["metadata.labels", "metadata.name"],
+        })
+    }
+
+    fn walled_cluster() -> Cluster {
+        Cluster {
+            namespaces: vec![json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": "team-a", "uid": "u", "labels": {"baseline": "guarded"}},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            })],
+            ..Cluster::default()
+        }
+    }
+
+    #[test]
+    fn gets_a_namespace_by_name_pruned_to_the_masks() {
+        let request = get_request("v1", "Namespace", "team-a", Value::Null);
+        let (result, calls) = call(&walled_cluster(), "get_resource", &request);
+        let namespace: Value = serde_json::from_slice(&result.expect("answered")).expect("json");
+        assert_eq!(
+            namespace,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": {"baseline": "guarded"}}})
+        );
+        assert_eq!(calls[0].outcome, CallOutcome::Answered);
+        assert!(!calls[0].is_baseline_list());
+    }
+
+    #[test]
+    fn a_missing_namespace_is_not_found_and_a_host_error_fails() {
+        let request = get_request("v1", "Namespace", "team-b", Value::Null);
+        let (result, calls) = call(&walled_cluster(), "get_resource", &request);
+        assert_eq!(
+            result.expect_err("fails").to_string(),
+            "namespaces \"team-b\" not found"
+        );
+        assert_eq!(
+            calls[0].outcome,
+            CallOutcome::Failed("namespaces \"team-b\" not found".into())
+        );
+        let failing = Cluster {
+            host_error: Some("etcdserver: request timed out".into()),
+            ..walled_cluster()
+        };
+        let request = get_request("v1", "Namespace", "team-a", Value::Null);
+        let (result, _) = call(&failing, "get_resource", &request);
+        assert_eq!(
+            result.expect_err("fails").to_string(),
+            "etcdserver: request timed out"
+        );
+    }
+
+    #[test]
+    fn other_gets_are_unexpected() {
+        for request in [
+            get_request("v1", "Pod", "team-a", Value::Null),
+            get_request("v1", "Namespace", "team-a", json!("team-a")),
+            json!({"api_version": "v1", "kind": "Namespace"}),
+        ] {
+            let (result, calls) = call(&walled_cluster(), "get_resource", &request);
+            assert!(result.is_err());
+            assert!(calls[0].is_unexpected(), "{:?}", calls[0]);
+        }
     }
 
     #[test]
@@ -779,8 +916,8 @@ mod tests {
     #[test]
     fn a_host_error_fails_the_call_and_is_recorded() {
         let cluster = Cluster {
-            baselines: Vec::new(),
             host_error: Some("etcdserver: request timed out".into()),
+            ..Cluster::default()
         };
         let (result, calls) = answer(&cluster, &list_request(Value::Null));
         let error = result.expect_err("fails");

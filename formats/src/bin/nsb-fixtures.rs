@@ -4,7 +4,7 @@
 //! as kube-apiserver writes it), so they are copied as written.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use namespace_baseline_formats::fixture::{self, Expect, Fixture};
@@ -18,6 +18,7 @@ struct Example<'a> {
     description: &'a str,
     settings: &'a RawValue,
     baselines: &'a RawValue,
+    namespaces: &'a RawValue,
     host_error: Option<&'a str>,
     request: &'a RawValue,
     expect: &'a Expect,
@@ -32,7 +33,7 @@ fn field<'a>(
     written.get(key).copied().unwrap_or(default)
 }
 
-fn examples(dir: &PathBuf) -> Result<String, String> {
+fn examples(dir: &Path) -> Result<String, String> {
     let fixtures: Vec<Fixture> = fixture::load_all(dir)?;
     let texts = fixtures
         .iter()
@@ -53,6 +54,7 @@ fn examples(dir: &PathBuf) -> Result<String, String> {
             description: &fixture.description,
             settings: field(&written, "settings", &empty_object),
             baselines: field(&written, "baselines", &empty_list),
+            namespaces: field(&written, "namespaces", &empty_list),
             host_error: fixture.host_error.as_deref(),
             request: field(&written, "request", &empty_object),
             expect: &fixture.expect,

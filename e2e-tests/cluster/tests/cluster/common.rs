@@ -7,8 +7,9 @@ use anyhow::{Result, ensure};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use namespace_baseline_cluster_tests::{
-    AuditMark, Cluster, Scenario, check_policy, condition, deny_all_policy_name, dns_policy_name,
-    expected_deny_all_spec, expected_dns_spec, forbidden, reconciler_username, wait_until,
+    AuditEvent, AuditMark, Cluster, Scenario, check_policy, condition, deny_all_policy_name,
+    dns_policy_name, expected_deny_all_spec, expected_dns_spec, forbidden, reconciler_username,
+    wait_until,
 };
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
 use serde_json::{Value, json};
@@ -222,3 +223,48 @@ pub fn spec(names: &Scenario) -> Value {
 
 /// Reconciler flags for a single replica.
 pub const SINGLE: &[&str] = &["--leader-election=false"];
+
+/// The reconciler's writes among `events` (Lease renewals excepted), described.
+pub fn reconciler_writes(events: &[AuditEvent], resource: Option<&str>) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.is_write() && e.resource() != "leases")
+        .filter(|e| resource.is_none_or(|resource| e.resource() == resource))
+        .map(AuditEvent::describe)
+        .collect()
+}
+
+/// Proves that the reconciler writes nothing (`resource`: no such object) during a stated
+/// window, observed between two marker requests so its length is the API server's. Returns
+/// the window's measured length.
+pub async fn assert_no_writes_for(
+    cluster: &Cluster,
+    label: &str,
+    window: Duration,
+    resource: Option<&str>,
+) -> Duration {
+    let observed = cluster
+        .observe_window(label, window)
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    if let Some(events) = observed.requests_of(&reconciler_username()) {
+        let writes = reconciler_writes(&events, resource);
+        assert!(
+            writes.is_empty(),
+            "{label}: the reconciler wrote during the {:?} window: {writes:#?}",
+            observed.length
+        );
+    }
+    observed.length
+}
+
+/// No request of the reconciler for [`SETTLED`]: what it was doing has landed.
+pub async fn settle(cluster: &Cluster) -> Duration {
+    cluster
+        .settle(&reconciler_username(), SETTLED, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"))
+}
+
+/// How long the reconciler must be silent to count as settled.
+pub const SETTLED: Duration = Duration::from_millis(500);

@@ -20,7 +20,7 @@ use namespace_baseline_core::wall::desired_wall;
 use serde_json::{Value, json};
 
 use crate::common::{
-    SINGLE, assert_rbac_was_enough, check_wall, create_baseline, figure, start, wait_ready,
+    SINGLE, assert_rbac_was_enough, check_wall, create_baseline, figure, settle, start, wait_ready,
 };
 
 /// One predicted or observed write: (namespace, policy, create|update|delete).
@@ -259,7 +259,7 @@ async fn s10_plan_predicts_exactly_the_writes_of_run() {
     wait_ready(&cluster, &seed, 4, Duration::from_secs(10)).await;
     wait_ready(&cluster, &strict, 1, Duration::from_secs(10)).await;
     wait_ready(&cluster, &audit, 1, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle(&cluster).await;
     reconciler.stop().await.unwrap();
     check_wall(&cluster, &seed, &seed_namespaces, true)
         .await

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::common::{
     REPAIR_BOUND, SINGLE, assert_rbac_was_enough, check_wall, create_baseline, figure, namespaces,
-    spec, start, wait_ready, wait_wall,
+    settle, spec, start, wait_ready, wait_wall,
 };
 
 #[tokio::test]
@@ -124,7 +124,9 @@ async fn s3_watches_repair_drift_within_two_seconds() {
         .create_namespaces(std::slice::from_ref(&late), &Default::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // No pause needed for "later": the create was answered before the label is set, so every
+    // watcher gets the unlabelled namespace (ADDED) and then the label (MODIFIED) as two
+    // events, in that order.
     names
         .set_namespace_label(&late, Some(&names.label_value))
         .await
@@ -265,7 +267,7 @@ async fn s3_watches_repair_drift_within_two_seconds() {
     assert!(relabelled_in <= REPAIR_BOUND);
 
     // Everything settled to the exact wall; the bystander was never written.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle(&cluster).await;
     check_wall(&cluster, &baseline, &walled, true)
         .await
         .unwrap();

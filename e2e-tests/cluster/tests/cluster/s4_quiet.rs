@@ -4,28 +4,25 @@
 use std::time::Duration;
 
 use namespace_baseline_cluster_tests::{
-    AuditEvent, Cluster, Reconciler, reconciler_username, tally, wait_until,
+    AuditEvent, Reconciler, reconciler_username, tally, wait_until,
 };
 
 use crate::common::{
-    assert_rbac_was_enough, create_baseline, figure, namespaces, spec, start, wait_ready, wait_wall,
+    assert_rbac_was_enough, create_baseline, figure, namespaces, reconciler_writes, settle, spec,
+    start, wait_ready, wait_wall,
 };
 
 const RESYNC: &str = "--resync-interval=3s";
 const RESYNC_SECS: u64 = 3;
+/// The stated window in which a converged cluster must cost no write: two resync intervals
+/// and a second, measured by the API server between two marker requests.
+const WINDOW: Duration = Duration::from_secs(2 * RESYNC_SECS + 1);
 
-fn reconciles(reconciler: &Reconciler) -> f64 {
-    reconciler
-        .metric(r#"namespace_baseline_reconciles_total{result="success"}"#)
-        .unwrap_or(0.0)
-}
+const SUCCESSES: &str = r#"namespace_baseline_reconciles_total{result="success"}"#;
 
-fn writes(events: &[AuditEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter(|e| e.is_write() && e.resource() != "leases")
-        .map(AuditEvent::describe)
-        .collect()
+/// Successful reconciles so far; an error until the first one (the series appears with it).
+fn reconciles(reconciler: &Reconciler) -> anyhow::Result<f64> {
+    reconciler.metric(SUCCESSES)
 }
 
 /// Requests of `verb` on `resource`; a paginated LIST counts once (its `continue` pages are
@@ -36,16 +33,6 @@ fn count(events: &[AuditEvent], verb: &str, resource: &str) -> usize {
         .filter(|e| e.verb == verb && e.resource() == resource && e.subresource().is_none())
         .filter(|e| !e.request_uri.contains("continue="))
         .count()
-}
-
-/// Waits `duration` while the reconciler runs, then returns its requests since the mark.
-async fn observe(
-    cluster: &Cluster,
-    duration: Duration,
-    mark: namespace_baseline_cluster_tests::AuditMark,
-) -> Option<Vec<AuditEvent>> {
-    tokio::time::sleep(duration).await;
-    cluster.audit.requests_since(mark, &reconciler_username())
 }
 
 #[tokio::test]
@@ -69,20 +56,21 @@ async fn s4_converged_means_zero_writes_across_resync_and_restart() {
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The reconcile that found everything in place has finished its requests.
+    settle(&cluster).await;
 
-    // Resync: two intervals (and a bit) of a converged cluster.
-    let mark = cluster.audit.mark();
-    let before = reconciles(&first);
-    let window = Duration::from_secs(2 * RESYNC_SECS + 1);
-    let events = observe(&cluster, window, mark).await;
-    let resyncs = reconciles(&first) - before;
+    // Resync: a window of two intervals (and a bit) of a converged cluster.
+    let before = reconciles(&first).unwrap();
+    let observed = cluster.observe_window("s4-resync", WINDOW).await.unwrap();
+    let window = observed.length;
+    let events = observed.requests_of(&reconciler_username());
+    let resyncs = reconciles(&first).unwrap() - before;
     assert!(
         resyncs >= 2.0,
         "expected at least 2 resync reconciles in {window:?}, saw {resyncs}"
     );
     if let Some(events) = events {
-        let written = writes(&events);
+        let written = reconciler_writes(&events, None);
         let lists = (
             count(&events, "list", "namespaces"),
             count(&events, "list", "networkpolicies"),
@@ -117,18 +105,22 @@ async fn s4_converged_means_zero_writes_across_resync_and_restart() {
     wait_until(
         "the restarted reconciler to reconcile",
         Duration::from_secs(10),
-        || async { Ok((reconciles(&second) >= 1.0).then_some(())) },
+        || async { Ok((reconciles(&second)? >= 1.0).then_some(())) },
     )
     .await
     .unwrap();
-    let events = observe(&cluster, window, mark).await;
-    let restart_reconciles = reconciles(&second);
+    // From the restart to the end of a resync window: its startup and two resyncs.
+    let observed = cluster.observe_window("s4-restart", WINDOW).await.unwrap();
+    let events = observed
+        .events
+        .and(cluster.audit.requests_since(mark, &reconciler_username()));
+    let restart_reconciles = reconciles(&second).unwrap();
     assert!(
         restart_reconciles >= 3.0,
         "expected the startup reconcile and 2 resyncs, saw {restart_reconciles}"
     );
     if let Some(events) = events {
-        let written = writes(&events);
+        let written = reconciler_writes(&events, None);
         let lists = (
             count(&events, "list", "namespaces"),
             count(&events, "list", "networkpolicies"),

@@ -6,29 +6,95 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::api::DeleteParams;
 use namespace_baseline_cluster_tests::{
-    condition, reconciler_username, tally, wait_until, wall_of,
+    AuditMark, Cluster, Reconciler, Scenario, condition, reconciler_username, tally, wait_until,
+    wall_of,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::common::{
-    REPAIR_BOUND, SINGLE, assert_rbac_was_enough, check_wall, create_baseline, figure, namespaces,
-    patch_spec, spec, start, wait_ready, wait_wall,
+    REPAIR_BOUND, SINGLE, assert_no_writes_for, assert_rbac_was_enough, check_wall,
+    create_baseline, figure, namespaces, patch_spec, spec, start, wait_ready, wait_wall,
 };
 
 const FINALIZER: &str = "hedronite.io/cleanup";
+/// How long an Orphan wall is watched for a removal that must not come (after the
+/// reconciler reported the change): longer than a reconcile and its retries take.
+const ORPHAN_WINDOW: Duration = Duration::from_secs(2);
+/// How long Audit mode is watched for a NetworkPolicy write that must not come.
+const AUDIT_WINDOW: Duration = Duration::from_secs(2);
+
+/// What every s5 scenario starts from: `count` walled namespaces, one reconciler, and a
+/// baseline of the standard spec with `changes` merged in.
+struct Started {
+    cluster: Cluster,
+    names: Scenario,
+    /// Before anything was created (the RBAC check reads from here).
+    mark: AuditMark,
+    /// Right before the baseline was created.
+    created: AuditMark,
+    walled: Vec<String>,
+    baseline: String,
+    reconciler: Reconciler,
+}
+
+impl Started {
+    /// The cluster, the scenario's names, the mark before anything was created, the walled
+    /// namespaces and the baseline's name.
+    fn parts(&self) -> (&Cluster, &Scenario, AuditMark, &[String], &str) {
+        (
+            &self.cluster,
+            &self.names,
+            self.mark,
+            &self.walled,
+            &self.baseline,
+        )
+    }
+
+    async fn new(scenario: &str, count: usize, changes: Value) -> Self {
+        let (cluster, names, mark) = start(scenario).await;
+        let (walled, _) = namespaces(&names, count, 0).await;
+        let baseline = names.name.clone();
+        let reconciler = cluster.start_reconciler(scenario, SINGLE).await.unwrap();
+        let mut baseline_spec = spec(&names);
+        for (key, value) in changes.as_object().into_iter().flatten() {
+            baseline_spec[key] = value.clone();
+        }
+        let created = cluster.audit.mark();
+        create_baseline(&cluster, &baseline, baseline_spec).await;
+        Self {
+            cluster,
+            names,
+            mark,
+            created,
+            walled,
+            baseline,
+            reconciler,
+        }
+    }
+
+    /// [`Started::new`], then the wall in place and the baseline Ready.
+    async fn walled(scenario: &str, count: usize, changes: Value) -> Self {
+        let started = Self::new(scenario, count, changes).await;
+        let Self {
+            cluster,
+            baseline,
+            walled,
+            ..
+        } = &started;
+        wait_wall(cluster, baseline, walled, true, Duration::from_secs(10)).await;
+        wait_ready(cluster, baseline, count as u32, Duration::from_secs(10)).await;
+        started
+    }
+}
 
 #[tokio::test]
 async fn s5_allow_dns_off_removes_the_door_and_on_restores_it() {
-    let (cluster, names, mark) = start("s5-dns").await;
-    let (walled, _) = namespaces(&names, 5, 0).await;
-    let baseline = names.name.clone();
-    let _reconciler = cluster.start_reconciler("s5-dns", SINGLE).await.unwrap();
-    create_baseline(&cluster, &baseline, spec(&names)).await;
-    wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
+    let setup = Started::walled("s5-dns", 5, json!({})).await;
+    let (cluster, _, mark, walled, baseline) = setup.parts();
 
-    patch_spec(&cluster, &baseline, json!({"allowDNS": false})).await;
-    let off = wait_wall(&cluster, &baseline, &walled, false, Duration::from_secs(10)).await;
-    let (status, _) = wait_ready(&cluster, &baseline, 5, Duration::from_secs(10)).await;
+    patch_spec(cluster, baseline, json!({"allowDNS": false})).await;
+    let off = wait_wall(cluster, baseline, walled, false, Duration::from_secs(10)).await;
+    let (status, _) = wait_ready(cluster, baseline, 5, Duration::from_secs(10)).await;
     figure(
         "s5",
         format!(
@@ -38,38 +104,41 @@ async fn s5_allow_dns_off_removes_the_door_and_on_restores_it() {
     );
     assert!(off <= REPAIR_BOUND);
 
-    patch_spec(&cluster, &baseline, json!({"allowDNS": true})).await;
-    let on = wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
-    wait_ready(&cluster, &baseline, 5, Duration::from_secs(10)).await;
+    patch_spec(cluster, baseline, json!({"allowDNS": true})).await;
+    let on = wait_wall(cluster, baseline, walled, true, Duration::from_secs(10)).await;
+    wait_ready(cluster, baseline, 5, Duration::from_secs(10)).await;
     figure(
         "s5",
         format!("allowDNS=true: 5 DNS doors restored in {on:.2?}"),
     );
     assert!(on <= REPAIR_BOUND);
-    assert_rbac_was_enough(&cluster, mark);
+    assert_rbac_was_enough(cluster, mark);
 }
 
 #[tokio::test]
 async fn s5_orphan_leaves_the_wall_on_unlabel_and_on_deletion() {
-    let (cluster, names, mark) = start("s5-orphan").await;
-    let (walled, _) = namespaces(&names, 3, 0).await;
-    let baseline = names.name.clone();
-    let _reconciler = cluster.start_reconciler("s5-orphan", SINGLE).await.unwrap();
-    create_baseline(&cluster, &baseline, spec(&names)).await; // deletionPolicy defaults to Orphan
-    wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
-    wait_ready(&cluster, &baseline, 3, Duration::from_secs(10)).await;
-    let object = cluster.baselines().get(&baseline).await.unwrap();
+    // deletionPolicy defaults to Orphan.
+    let setup = Started::walled("s5-orphan", 3, json!({})).await;
+    let (cluster, names, mark, walled, baseline) = setup.parts();
+    let object = cluster.baselines().get(baseline).await.unwrap();
     assert!(
         object.finalizers().is_empty(),
         "Orphan baseline carries finalizers {:?}",
         object.finalizers()
     );
 
-    // Unlabel: the namespace leaves the baseline, its wall stays.
+    // Unlabel: the namespace leaves the baseline, its wall stays: no NetworkPolicy write in
+    // the window after the reconciler reported it.
     names.set_namespace_label(&walled[0], None).await.unwrap();
-    wait_ready(&cluster, &baseline, 2, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    check_wall(&cluster, &baseline, &walled, true)
+    wait_ready(cluster, baseline, 2, Duration::from_secs(10)).await;
+    let unlabel_window = assert_no_writes_for(
+        cluster,
+        "s5-orphan-unlabel",
+        ORPHAN_WINDOW,
+        Some("networkpolicies"),
+    )
+    .await;
+    check_wall(cluster, baseline, walled, true)
         .await
         .expect("Orphan: the unlabelled namespace keeps its wall");
 
@@ -77,43 +146,43 @@ async fn s5_orphan_leaves_the_wall_on_unlabel_and_on_deletion() {
     let started = Instant::now();
     cluster
         .baselines()
-        .delete(&baseline, &DeleteParams::default())
+        .delete(baseline, &DeleteParams::default())
         .await
         .unwrap();
     let gone = cluster
         .baselines()
-        .get_opt(&baseline)
+        .get_opt(baseline)
         .await
         .unwrap()
         .is_none();
     let gone_in = started.elapsed();
     assert!(gone, "Orphan baseline still present right after delete");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    check_wall(&cluster, &baseline, &walled, true)
+    let deletion_window = assert_no_writes_for(
+        cluster,
+        "s5-orphan-delete",
+        ORPHAN_WINDOW,
+        Some("networkpolicies"),
+    )
+    .await;
+    check_wall(cluster, baseline, walled, true)
         .await
         .expect("Orphan: the wall outlives its baseline");
     figure(
         "s5",
         format!(
-            "Orphan: no finalizer; unlabelled namespace kept its 2 policies; baseline gone in {gone_in:.2?} (one DELETE), all 6 policies still there 2 s later"
+            "Orphan: no finalizer; unlabelled namespace kept its 2 policies (no NetworkPolicy write in {unlabel_window:.2?}); baseline gone in {gone_in:.2?} (one DELETE), all 6 policies still there and none written in the {deletion_window:.2?} after"
         ),
     );
-    assert_rbac_was_enough(&cluster, mark);
+    assert_rbac_was_enough(cluster, mark);
 }
 
 #[tokio::test]
 async fn s5_delete_removes_the_wall_on_unlabel_and_on_deletion() {
-    let (cluster, names, mark) = start("s5-delete").await;
-    let (walled, _) = namespaces(&names, 3, 0).await;
-    let baseline = names.name.clone();
-    let reconciler = cluster.start_reconciler("s5-delete", SINGLE).await.unwrap();
-    let mut delete_spec = spec(&names);
-    delete_spec["deletionPolicy"] = json!("Delete");
-    create_baseline(&cluster, &baseline, delete_spec).await;
-    wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
-    wait_ready(&cluster, &baseline, 3, Duration::from_secs(10)).await;
+    let setup = Started::walled("s5-delete", 3, json!({"deletionPolicy": "Delete"})).await;
+    let (cluster, names, mark, walled, baseline) = setup.parts();
+    let reconciler = &setup.reconciler;
     let (_, finalizer_in) = wait_until("the cleanup finalizer", Duration::from_secs(5), || async {
-        let object = cluster.baselines().get(&baseline).await?;
+        let object = cluster.baselines().get(baseline).await?;
         Ok(object
             .finalizers()
             .iter()
@@ -126,14 +195,14 @@ async fn s5_delete_removes_the_wall_on_unlabel_and_on_deletion() {
     // Unlabel: that namespace's wall is removed, the others' stays.
     names.set_namespace_label(&walled[0], None).await.unwrap();
     let unlabel_in = wait_wall(
-        &cluster,
-        &baseline,
+        cluster,
+        baseline,
         &walled[1..],
         true,
         Duration::from_secs(10),
     )
     .await;
-    wait_ready(&cluster, &baseline, 2, Duration::from_secs(10)).await;
+    wait_ready(cluster, baseline, 2, Duration::from_secs(10)).await;
     assert!(
         unlabel_in <= REPAIR_BOUND,
         "unlabelled namespace cleaned in {unlabel_in:?}"
@@ -143,18 +212,18 @@ async fn s5_delete_removes_the_wall_on_unlabel_and_on_deletion() {
     let started = Instant::now();
     cluster
         .baselines()
-        .delete(&baseline, &DeleteParams::default())
+        .delete(baseline, &DeleteParams::default())
         .await
         .unwrap();
-    let held = cluster.baselines().get_opt(&baseline).await.unwrap();
-    let wall_present = !wall_of(&cluster.admin, &baseline).await.unwrap().is_empty();
+    let held = cluster.baselines().get_opt(baseline).await.unwrap();
+    let wall_present = !wall_of(&cluster.admin, baseline).await.unwrap().is_empty();
     wait_until(
         "the baseline to be gone",
         Duration::from_secs(10),
         || async {
             Ok(cluster
                 .baselines()
-                .get_opt(&baseline)
+                .get_opt(baseline)
                 .await?
                 .is_none()
                 .then_some(()))
@@ -163,7 +232,7 @@ async fn s5_delete_removes_the_wall_on_unlabel_and_on_deletion() {
     .await
     .unwrap_or_else(|error| panic!("{error:#}\n{}", reconciler.log_tail(30)));
     let deleted_in = started.elapsed();
-    let left = wall_of(&cluster.admin, &baseline).await.unwrap();
+    let left = wall_of(&cluster.admin, baseline).await.unwrap();
     assert!(
         left.is_empty(),
         "Delete: policies left after the baseline is gone: {left:?}"
@@ -187,21 +256,16 @@ async fn s5_delete_removes_the_wall_on_unlabel_and_on_deletion() {
             },
         ),
     );
-    assert_rbac_was_enough(&cluster, mark);
+    assert_rbac_was_enough(cluster, mark);
 }
 
 #[tokio::test]
 async fn s5_audit_mode_writes_nothing_and_reports_drift() {
-    let (cluster, names, mark) = start("s5-audit").await;
-    let (walled, _) = namespaces(&names, 3, 0).await;
-    let baseline = names.name.clone();
-    let _reconciler = cluster.start_reconciler("s5-audit", SINGLE).await.unwrap();
-    let audit_mark = cluster.audit.mark();
-    let mut audit_spec = spec(&names);
-    audit_spec["mode"] = json!("Audit");
-    create_baseline(&cluster, &baseline, audit_spec).await;
+    let setup = Started::new("s5-audit", 3, json!({"mode": "Audit"})).await;
+    let (cluster, _, mark, walled, baseline) = setup.parts();
+    let audit_mark = setup.created;
     let (status, took) = wait_until("an audit status", Duration::from_secs(10), || async {
-        let object = cluster.baselines().get(&baseline).await?;
+        let object = cluster.baselines().get(baseline).await?;
         let generation = object.metadata.generation;
         Ok(object
             .status
@@ -209,8 +273,8 @@ async fn s5_audit_mode_writes_nothing_and_reports_drift() {
     })
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let policies = wall_of(&cluster.admin, &baseline).await.unwrap();
+    assert_no_writes_for(cluster, "s5-audit", AUDIT_WINDOW, Some("networkpolicies")).await;
+    let policies = wall_of(&cluster.admin, baseline).await.unwrap();
     assert!(
         policies.is_empty(),
         "Audit mode wrote policies: {policies:?}"
@@ -240,7 +304,7 @@ async fn s5_audit_mode_writes_nothing_and_reports_drift() {
             format!("Audit: reconciler requests {:?}", tally(&events)),
         );
     }
-    let object = cluster.baselines().get(&baseline).await.unwrap();
+    let object = cluster.baselines().get(baseline).await.unwrap();
     assert!(object.finalizers().is_empty());
     figure(
         "s5",
@@ -251,9 +315,9 @@ async fn s5_audit_mode_writes_nothing_and_reports_drift() {
     );
 
     // Switching to Enforce installs the wall.
-    patch_spec(&cluster, &baseline, json!({"mode": "Enforce"})).await;
-    let enforced_in = wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
-    let (status, _) = wait_ready(&cluster, &baseline, 3, Duration::from_secs(10)).await;
+    patch_spec(cluster, baseline, json!({"mode": "Enforce"})).await;
+    let enforced_in = wait_wall(cluster, baseline, walled, true, Duration::from_secs(10)).await;
+    let (status, _) = wait_ready(cluster, baseline, 3, Duration::from_secs(10)).await;
     figure(
         "s5",
         format!(
@@ -261,5 +325,5 @@ async fn s5_audit_mode_writes_nothing_and_reports_drift() {
             status.drifted
         ),
     );
-    assert_rbac_was_enough(&cluster, mark);
+    assert_rbac_was_enough(cluster, mark);
 }

@@ -15,22 +15,23 @@ use namespace_baseline_cluster_tests::{
 use namespace_baseline_core::identity::RECONCILER_NAMESPACE;
 
 use crate::common::{
-    assert_rbac_was_enough, create_baseline, figure, namespaces, spec, start, wait_ready, wait_wall,
+    assert_rbac_was_enough, create_baseline, figure, namespaces, settle, spec, start, wait_ready,
+    wait_wall,
 };
 
 /// The reconciler's lease duration (reconciler/src/leader.rs).
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 
+/// NetworkPolicy writes of a replica; both series are exported from the start, so an absent
+/// one fails the test.
 fn applied(reconciler: &Reconciler) -> f64 {
     reconciler
         .metric("namespace_baseline_objects_applied_total")
-        .unwrap_or(-1.0)
+        .unwrap()
 }
 
 fn leading(reconciler: &Reconciler) -> f64 {
-    reconciler
-        .metric("namespace_baseline_leader")
-        .unwrap_or(-1.0)
+    reconciler.metric("namespace_baseline_leader").unwrap()
 }
 
 async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
@@ -79,7 +80,16 @@ async fn s6_only_the_leader_writes_and_the_standby_takes_over() {
     create_baseline(&cluster, &baseline, spec(&names)).await;
     wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
     wait_ready(&cluster, &baseline, 5, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The leader counts its writes as they are answered: wait for the 10 to be counted, then
+    // for it to settle (a surplus write would be counted by then).
+    wait_until(
+        "the leader to count its 10 writes",
+        Duration::from_secs(10),
+        || async { Ok((applied(leader) >= 10.0).then_some(())) },
+    )
+    .await
+    .unwrap();
+    settle(&cluster).await;
     let (leader_applied, standby_applied) = (applied(leader), applied(standby));
     figure(
         "s6",

@@ -10,8 +10,12 @@ use namespace_baseline_cluster_tests::{
 use serde_json::json;
 
 use crate::common::{
-    assert_rbac_was_enough, create_baseline, figure, patch_spec, spec, start, wait_ready, wait_wall,
+    assert_rbac_was_enough, create_baseline, figure, patch_spec, settle, spec, start, wait_ready,
+    wait_wall,
 };
+
+/// The stated window of silence after the report: two resync intervals (3 s) and a second.
+const SILENCE: Duration = Duration::from_secs(7);
 
 #[tokio::test]
 async fn s8_a_label_invalid_by_length_is_permanent_and_not_retried() {
@@ -54,14 +58,11 @@ async fn s8_a_label_invalid_by_length_is_permanent_and_not_retried() {
         ),
     );
 
-    // Ten seconds from the creation: the report (a status patch, an Event), then silence: no
-    // retry, no resync, no hot loop.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let settled = cluster.audit.mark();
-    tokio::time::sleep(
-        Duration::from_secs(10).saturating_sub(reported_in + Duration::from_secs(1)),
-    )
-    .await;
+    // The report (a status patch, an Event), then silence: once the reconciler has settled,
+    // a stated window of two resync intervals and a second with no request at all: no retry,
+    // no resync, no hot loop.
+    settle(&cluster).await;
+    let silence = cluster.observe_window("s8-silence", SILENCE).await.unwrap();
     if let Some(events) = cluster.audit.requests_since(audit, &reconciler_username()) {
         let requests: Vec<&AuditEvent> =
             events.iter().filter(|e| e.resource() != "leases").collect();
@@ -70,17 +71,16 @@ async fn s8_a_label_invalid_by_length_is_permanent_and_not_retried() {
             .filter(|e| e.is_write())
             .map(|e| e.describe())
             .collect();
-        let later = cluster
-            .audit
-            .requests_since(settled, &reconciler_username())
+        let later = silence
+            .requests_of(&reconciler_username())
             .unwrap_or_default();
         figure(
             "s8",
             format!(
-                "{} requests in the 10 s after creating the invalid baseline: {:?}; writes: {writes:?}; requests in the last {:.1?} (from 1 s after Ready=False): {}",
+                "{} requests from creating the invalid baseline to the end of the silence window: {:?}; writes: {writes:?}; requests in the {:.1?} window after the reconciler settled: {}",
                 requests.len(),
                 tally(&events),
-                Duration::from_secs(9).saturating_sub(reported_in),
+                silence.length,
                 later.len()
             ),
         );
@@ -95,9 +95,11 @@ async fn s8_a_label_invalid_by_length_is_permanent_and_not_retried() {
             tally(&later)
         );
     }
+    // The failure was counted (the series exists once it was), and not retried.
     let reconciles = reconciler
         .metric(r#"namespace_baseline_reconciles_total{result="permanent_error"}"#)
         .unwrap();
+    assert!(reconciles >= 1.0, "the permanent failure was not counted");
     figure("s8", format!("permanent_error reconciles: {reconciles}"));
     assert!(
         reconciles <= 3.0,

@@ -63,7 +63,14 @@ async fn s9_apiserver_partition_and_restart_are_survived() {
 
     proxy.partition();
     let partitioned = Instant::now();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every connection of the reconciler is closed before the drift is made.
+    wait_until(
+        "the partition to close every connection",
+        Duration::from_secs(5),
+        || async { Ok((proxy.report().open_connections == 0).then_some(())) },
+    )
+    .await
+    .unwrap();
     // Drift the reconciler cannot see: made directly, not through the proxy.
     let policies = |namespace: &str| -> Api<NetworkPolicy> {
         Api::namespaced(cluster.admin.clone(), namespace)

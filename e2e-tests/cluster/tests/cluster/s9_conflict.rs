@@ -11,14 +11,19 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use namespace_baseline_cluster_tests::faults::{policy_writes, writes_by_object};
 use namespace_baseline_cluster_tests::{
-    deny_all_policy_name, expected_deny_all_spec, get_policy, spec_json, tally, wait_until,
+    deny_all_policy_name, expected_deny_all_spec, get_policy, reconciler_username, spec_json,
+    tally, wait_until,
 };
 use serde_json::{Value, json};
 
 use crate::common::{
-    SINGLE, assert_rbac_was_enough, create_baseline, figure, namespaces, spec, start, wait_ready,
-    wait_wall,
+    SINGLE, assert_rbac_was_enough, create_baseline, figure, namespaces, settle, spec, start,
+    wait_ready, wait_wall,
 };
+
+/// The stated window after the rival stopped in which the reconciler must neither write nor
+/// reconcile (measured by the API server between two marker requests).
+const QUIET_WINDOW: Duration = Duration::from_secs(5);
 use crate::s9_common::{reconciler_requests, writes_among};
 
 const EDITS: usize = 20;
@@ -62,7 +67,7 @@ async fn s9_conflict_a_rival_field_manager_loses_without_a_hot_loop() {
     create_baseline(&cluster, &baseline, spec(&names)).await;
     wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
     wait_ready(&cluster, &baseline, 3, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle(&cluster).await;
 
     let namespace = walled[0].clone();
     let deny = deny_all_policy_name(&baseline);
@@ -123,7 +128,7 @@ async fn s9_conflict_a_rival_field_manager_loses_without_a_hot_loop() {
     .unwrap_or_else(|error| panic!("{error:#}\n{}", reconciler.log_tail(40)));
 
     // The tight loop's writes, once its repair has settled.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle(&cluster).await;
     let tight_events = reconciler_requests(&cluster, edits_mark);
 
     // Paced: each edit waits for the repair before the next one: exactly one write each.
@@ -138,20 +143,19 @@ async fn s9_conflict_a_rival_field_manager_loses_without_a_hot_loop() {
                 .await
                 .unwrap();
         paced_repairs.push(repaired);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The repair's own follow-ups (status) land before the next edit.
+        settle(&cluster).await;
     }
 
-    // Settle, then a quiet window: no write at all.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let quiet_mark = cluster.audit.mark();
-    let quiet_reconciles = reconciler
-        .metric(r#"namespace_baseline_reconciles_total{result="success"}"#)
+    // Settled, then a stated quiet window: no write and no reconcile at all.
+    settle(&cluster).await;
+    let successes = r#"namespace_baseline_reconciles_total{result="success"}"#;
+    let quiet_reconciles = reconciler.metric(successes).unwrap();
+    let quiet = cluster
+        .observe_window("s9-conflict-quiet", QUIET_WINDOW)
+        .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let quiet_reconciles = reconciler
-        .metric(r#"namespace_baseline_reconciles_total{result="success"}"#)
-        .unwrap()
-        - quiet_reconciles;
+    let quiet_reconciles = reconciler.metric(successes).unwrap() - quiet_reconciles;
     let final_policy = get_policy(&admin, &namespace, &deny)
         .await
         .unwrap()
@@ -170,10 +174,11 @@ async fn s9_conflict_a_rival_field_manager_loses_without_a_hot_loop() {
         figure(
             "s9-conflict",
             format!(
-                "{landed} rival edits ({} merge patches, {} forced applies) in {edits_took:.2?}; desired spec back {won_in:.2?} after the last one; reconciler writes to the policy: {on_target} (elsewhere {elsewhere}, 409s {conflicts}); in the 5 s after: {quiet_reconciles} reconciles, requests {:?}",
+                "{landed} rival edits ({} merge patches, {} forced applies) in {edits_took:.2?}; desired spec back {won_in:.2?} after the last one; reconciler writes to the policy: {on_target} (elsewhere {elsewhere}, 409s {conflicts}); in the {:.2?} quiet window: {quiet_reconciles} reconciles, requests {:?}",
                 EDITS / 2,
                 EDITS - EDITS / 2,
-                reconciler_requests(&cluster, quiet_mark).map(|e| tally(&e))
+                quiet.length,
+                quiet.requests_of(&reconciler_username()).map(|e| tally(&e))
             ),
         );
         assert!(on_target >= 1, "the reconciler never wrote the policy back");
@@ -203,7 +208,7 @@ async fn s9_conflict_a_rival_field_manager_loses_without_a_hot_loop() {
             "one write per paced edit: {per_object:?}"
         );
     }
-    if let Some(events) = reconciler_requests(&cluster, quiet_mark) {
+    if let Some(events) = quiet.requests_of(&reconciler_username()) {
         let writes = writes_among(&events);
         assert!(
             writes.is_empty(),

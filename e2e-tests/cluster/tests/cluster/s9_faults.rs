@@ -12,11 +12,13 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use namespace_baseline_cluster_tests::faults::{self, faults_by_kind};
-use namespace_baseline_cluster_tests::{deny_all_policy_name, dns_policy_name, tally};
+use namespace_baseline_cluster_tests::{
+    deny_all_policy_name, dns_policy_name, reconciler_username, tally,
+};
 use serde_json::json;
 
 use crate::common::{
-    assert_rbac_was_enough, create_baseline, figure, namespaces, patch_spec, start,
+    assert_rbac_was_enough, create_baseline, figure, namespaces, patch_spec, settle, start,
 };
 use crate::s9_common::{
     Rng, Wall, assert_writes_only_walls, check_exact, reconciler_requests, wait_exact,
@@ -29,6 +31,30 @@ const FAULT_WINDOW: Duration = Duration::from_secs(60);
 const CHANGE_EVERY: Duration = Duration::from_millis(1500);
 /// How long the walls may take to converge once the faults stop.
 const CONVERGE_BOUND: Duration = Duration::from_secs(90);
+/// The stated window after convergence in which the reconciler must write nothing.
+const QUIET_WINDOW: Duration = Duration::from_secs(3);
+
+/// The two walls of the scenario: baseline A's (with the DNS door) in `walled`, baseline
+/// B's (without) in `in_b`.
+fn two_walls<'a>(
+    baseline_a: &'a str,
+    walled: &'a [String],
+    baseline_b: &'a str,
+    in_b: &'a [String],
+) -> [Wall<'a>; 2] {
+    [
+        Wall {
+            baseline: baseline_a,
+            namespaces: walled,
+            dns: true,
+        },
+        Wall {
+            baseline: baseline_b,
+            namespaces: in_b,
+            dns: false,
+        },
+    ]
+}
 
 #[tokio::test]
 async fn s9_faults_thirty_percent_api_faults_lose_nothing() {
@@ -91,18 +117,7 @@ async fn s9_faults_thirty_percent_api_faults_lose_nothing() {
     let mut scope: BTreeSet<String> = walled.iter().cloned().collect();
     wait_exact(
         &cluster,
-        &[
-            Wall {
-                baseline: &baseline_a,
-                namespaces: &walled,
-                dns: true,
-            },
-            Wall {
-                baseline: &baseline_b,
-                namespaces: &in_b,
-                dns: false,
-            },
-        ],
+        &two_walls(&baseline_a, &walled, &baseline_b, &in_b),
         &scope,
         &bystanders,
         Duration::from_secs(20),
@@ -211,18 +226,7 @@ async fn s9_faults_thirty_percent_api_faults_lose_nothing() {
     reconciler.check_alive().unwrap();
 
     // Convergence, once the faults stop.
-    let walls = [
-        Wall {
-            baseline: &baseline_a,
-            namespaces: &walled,
-            dns: true,
-        },
-        Wall {
-            baseline: &baseline_b,
-            namespaces: &in_b,
-            dns: false,
-        },
-    ];
+    let walls = two_walls(&baseline_a, &walled, &baseline_b, &in_b);
     let converged = wait_exact(&cluster, &walls, &scope, &bystanders, CONVERGE_BOUND)
         .await
         .unwrap_or_else(|error| panic!("{error:#}\n{}", reconciler.log_tail(60)));
@@ -234,10 +238,12 @@ async fn s9_faults_thirty_percent_api_faults_lose_nothing() {
         .unwrap();
     let status_after = stopped.elapsed();
 
-    // Quiet: converged, the reconciler writes nothing more.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let quiet_mark = cluster.audit.mark();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Quiet: converged and settled, the reconciler writes nothing more in a stated window.
+    settle(&cluster).await;
+    let quiet = cluster
+        .observe_window("s9-faults-quiet", QUIET_WINDOW)
+        .await
+        .unwrap();
     check_exact(&cluster, &walls, &scope, &bystanders)
         .await
         .unwrap();
@@ -282,11 +288,12 @@ async fn s9_faults_thirty_percent_api_faults_lose_nothing() {
             ),
         );
     }
-    if let Some(events) = reconciler_requests(&cluster, quiet_mark) {
+    if let Some(events) = quiet.requests_of(&reconciler_username()) {
         let writes = writes_among(&events);
         assert!(
             writes.is_empty(),
-            "writes after convergence (a hot loop?): {writes:#?}; all: {:?}",
+            "writes in the {:?} window after convergence (a hot loop?): {writes:#?}; all: {:?}",
+            quiet.length,
             tally(&events)
         );
     }

@@ -16,7 +16,7 @@ use namespace_baseline_cluster_tests::wait_until;
 use namespace_baseline_core::identity;
 use serde_json::json;
 
-use crate::common::{SINGLE, assert_rbac_was_enough, create_baseline, figure, start};
+use crate::common::{SINGLE, assert_rbac_was_enough, create_baseline, figure, settle, start};
 use crate::s9_common::{
     Wall, assert_writes_only_walls, check_exact, reconciler_requests, wait_exact, wait_status_right,
 };
@@ -82,8 +82,8 @@ async fn s9_kill_sigkill_while_walling_a_thousand_namespaces() {
     first.kill();
     let killed_at = started.elapsed();
     let at_kill = appeared.load(Ordering::SeqCst);
-    // Requests the first process had in flight may still land: let them.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Requests the first process had in flight may still land: wait until none has.
+    settle(&cluster).await;
     let restart_mark = cluster.audit.mark();
     let before_restart = appeared.load(Ordering::SeqCst);
 

@@ -43,6 +43,9 @@ fn ms(us: u128) -> f64 {
 
 /// `p50 / p99 / max` of a list of ms, for figures.
 fn summary(values: &[f64]) -> String {
+    if values.is_empty() {
+        return "none (n=0)".to_owned();
+    }
     format!(
         "p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (n={})",
         percentile(values, 50.0),

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use namespace_baseline_cluster_tests::{self as harness, Cluster};
 
+const SUCCESSES: &str = r#"namespace_baseline_reconciles_total{result="success"}"#;
+
 /// The harness's reconciler process, with what the benchmark measures of it.
 pub struct Reconciler {
     process: harness::Reconciler,
@@ -42,15 +44,18 @@ impl Reconciler {
         loop {
             self.process.check_alive()?;
             let elapsed = self.process.started.elapsed();
-            // A standby is ready too: wait for the leader gauge, then for /readyz.
-            if ready.is_none()
-                && self.metric("namespace_baseline_leader").unwrap_or(0.0) >= 1.0
-                && matches!(self.process.http("/readyz"), Ok((200, _)))
-            {
+            // A standby is ready too: wait for the leader gauge, then for /readyz. Not
+            // listening yet is "not yet"; listening without the gauge is an error.
+            let leading = match self.process.metrics() {
+                Ok(metrics) => metrics.value("namespace_baseline_leader")? >= 1.0,
+                Err(_) => false,
+            };
+            if ready.is_none() && leading && matches!(self.process.http("/readyz"), Ok((200, _))) {
                 ready = Some(elapsed);
             }
+            // Before its first reconcile the success series is not exported yet: 0 is meant.
             if let Some(ready) = ready
-                && (!reconcile || self.successful_reconciles().unwrap_or(0.0) >= 1.0)
+                && (!reconcile || self.process.counter_or_zero(SUCCESSES)? >= 1.0)
             {
                 return Ok(Startup {
                     ready,
@@ -72,7 +77,7 @@ impl Reconciler {
     }
 
     pub fn successful_reconciles(&self) -> Result<f64> {
-        self.metric(r#"namespace_baseline_reconciles_total{result="success"}"#)
+        self.metric(SUCCESSES)
     }
 
     /// (count, sum in seconds) of the reconcile duration histogram.

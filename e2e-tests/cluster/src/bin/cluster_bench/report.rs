@@ -33,10 +33,6 @@ impl Samples {
         percentile(&self.0, p)
     }
 
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
     pub fn median(&self) -> String {
         ms(self.p(50.0))
     }

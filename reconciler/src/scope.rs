@@ -1,0 +1,241 @@
+//! Which namespaces a reconcile looks at. A watch event on one namespace or on one policy
+//! concerns that namespace only: the reconcile it triggers plans and writes for it alone,
+//! at a cost that does not grow with the cluster. A new or changed baseline, a resync, a
+//! failed reconcile or an `Audit` baseline get the full pass over every namespace.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::runtime::watcher;
+use tokio::time::Instant;
+
+/// The namespaces a reconcile of one baseline must look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Namespaces(BTreeSet<String>),
+}
+
+/// What the triggers marked, per baseline, since its last reconcile.
+#[derive(Clone, Default)]
+pub struct Dirty {
+    inner: Arc<Mutex<DirtyState>>,
+}
+
+#[derive(Default)]
+struct DirtyState {
+    pending: HashMap<String, Pending>,
+    /// When each baseline last had a full pass.
+    full: HashMap<String, Instant>,
+}
+
+#[derive(Default)]
+struct Pending {
+    all: bool,
+    namespaces: BTreeSet<String>,
+}
+
+impl Dirty {
+    fn state(&self) -> MutexGuard<'_, DirtyState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next reconcile of `baseline` looks at every namespace.
+    pub fn all(&self, baseline: &str) {
+        self.state()
+            .pending
+            .entry(baseline.to_owned())
+            .or_default()
+            .all = true;
+    }
+
+    /// The next reconcile of `baseline` looks at `namespace` (at least).
+    pub fn namespace(&self, baseline: &str, namespace: &str) {
+        self.state()
+            .pending
+            .entry(baseline.to_owned())
+            .or_default()
+            .namespaces
+            .insert(namespace.to_owned());
+    }
+
+    /// What a reconcile of `baseline` starting now looks at: the namespaces marked, or every
+    /// namespace when so marked, when nothing is marked (a resync), or when the last full
+    /// pass is older than `resync`.
+    pub fn take(&self, baseline: &str, resync: Duration) -> Scope {
+        let mut state = self.state();
+        let pending = state.pending.remove(baseline).unwrap_or_default();
+        let stale = state
+            .full
+            .get(baseline)
+            .is_none_or(|at| at.elapsed() >= resync);
+        if pending.all || pending.namespaces.is_empty() || stale {
+            state.full.insert(baseline.to_owned(), Instant::now());
+            Scope::All
+        } else {
+            Scope::Namespaces(pending.namespaces)
+        }
+    }
+
+    /// A reconcile of `baseline` failed: its retry looks at everything again.
+    pub fn failed(&self, baseline: &str) {
+        let mut state = self.state();
+        state.full.remove(baseline);
+        state.pending.entry(baseline.to_owned()).or_default().all = true;
+    }
+}
+
+/// The names of the cached NetworkPolicies by namespace, kept in step with the policy watch
+/// (a relist replaces it at its end, as the reflector's store does), so that a scoped
+/// reconcile reads one namespace's policies without scanning them all.
+#[derive(Clone, Default)]
+pub struct PolicyIndex {
+    inner: Arc<RwLock<IndexState>>,
+}
+
+#[derive(Default)]
+struct IndexState {
+    by_namespace: HashMap<String, HashSet<String>>,
+    relisting: Option<HashMap<String, HashSet<String>>>,
+}
+
+fn key(policy: &NetworkPolicy) -> Option<(String, String)> {
+    Some((
+        policy.metadata.namespace.clone()?,
+        policy.metadata.name.clone()?,
+    ))
+}
+
+impl PolicyIndex {
+    pub fn observe(&self, event: &watcher::Event<NetworkPolicy>) {
+        let mut state = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            watcher::Event::Init => state.relisting = Some(HashMap::new()),
+            watcher::Event::InitApply(policy) => {
+                if let (Some(relisting), Some((namespace, name))) =
+                    (state.relisting.as_mut(), key(policy))
+                {
+                    relisting.entry(namespace).or_default().insert(name);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(relisted) = state.relisting.take() {
+                    state.by_namespace = relisted;
+                }
+            }
+            watcher::Event::Apply(policy) => {
+                if let Some((namespace, name)) = key(policy) {
+                    state
+                        .by_namespace
+                        .entry(namespace)
+                        .or_default()
+                        .insert(name);
+                }
+            }
+            watcher::Event::Delete(policy) => {
+                if let Some((namespace, name)) = key(policy)
+                    && let Some(names) = state.by_namespace.get_mut(&namespace)
+                {
+                    names.remove(&name);
+                    if names.is_empty() {
+                        state.by_namespace.remove(&namespace);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The names of the policies in `namespace`.
+    pub fn names_in(&self, namespace: &str) -> Vec<String> {
+        self.inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .by_namespace
+            .get(namespace)
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy(namespace: &str, name: &str) -> NetworkPolicy {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace}})).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn marked_namespaces_are_the_scope_until_a_full_pass_is_due() {
+        let dirty = Dirty::default();
+        let resync = Duration::from_secs(300);
+        assert_eq!(
+            dirty.take("guarded", resync),
+            Scope::All,
+            "the first pass is full"
+        );
+        dirty.namespace("guarded", "team-a");
+        dirty.namespace("guarded", "team-b");
+        dirty.namespace("other", "team-c");
+        assert_eq!(
+            dirty.take("guarded", resync),
+            Scope::Namespaces(BTreeSet::from(["team-a".to_owned(), "team-b".to_owned()]))
+        );
+        assert_eq!(
+            dirty.take("guarded", resync),
+            Scope::All,
+            "nothing marked: a resync"
+        );
+        dirty.namespace("guarded", "team-a");
+        dirty.all("guarded");
+        assert_eq!(
+            dirty.take("guarded", resync),
+            Scope::All,
+            "a baseline change wins"
+        );
+        tokio::time::advance(resync).await;
+        dirty.namespace("guarded", "team-a");
+        assert_eq!(
+            dirty.take("guarded", resync),
+            Scope::All,
+            "the last full pass is stale"
+        );
+        dirty.namespace("guarded", "team-a");
+        dirty.failed("guarded");
+        assert_eq!(
+            dirty.take("guarded", resync),
+            Scope::All,
+            "a failure retries everything"
+        );
+    }
+
+    #[test]
+    fn the_index_follows_the_watch_and_its_relists() {
+        let index = PolicyIndex::default();
+        index.observe(&watcher::Event::Init);
+        index.observe(&watcher::Event::InitApply(policy("a", "p1")));
+        index.observe(&watcher::Event::InitApply(policy("a", "p2")));
+        assert!(
+            index.names_in("a").is_empty(),
+            "not before the list is complete"
+        );
+        index.observe(&watcher::Event::InitDone);
+        let mut names = index.names_in("a");
+        names.sort();
+        assert_eq!(names, ["p1", "p2"]);
+        index.observe(&watcher::Event::Apply(policy("b", "p3")));
+        index.observe(&watcher::Event::Delete(policy("a", "p1")));
+        assert_eq!(index.names_in("a"), ["p2"]);
+        assert_eq!(index.names_in("b"), ["p3"]);
+        // A relist replaces everything at its end (p2 and p3 are gone).
+        index.observe(&watcher::Event::Init);
+        index.observe(&watcher::Event::InitApply(policy("c", "p4")));
+        assert_eq!(index.names_in("a"), ["p2"]);
+        index.observe(&watcher::Event::InitDone);
+        assert!(index.names_in("a").is_empty() && index.names_in("b").is_empty());
+        assert_eq!(index.names_in("c"), ["p4"]);
+    }
+}
