@@ -46,17 +46,27 @@ MANIFESTS="$TARGET_DIR/debug/nsb-manifests"
 quiet() { grep -v 'found symbolic link in path' >&2 || true; }
 
 nsb_say "helm lint --strict"
-"$HELM" lint --strict "$CHART" 2> >(quiet) | sed 's/^/   /'
-for values in "$ROOT"/charts/tests/*.yaml; do
+"$HELM" lint --strict "$CHART" -f "$ROOT/charts/tests/api-door.yaml" 2> >(quiet) | sed 's/^/   /'
+for values in "$ROOT"/charts/tests/{everything,minimal,api-door}.yaml; do
   "$HELM" lint --strict "$CHART" -f "$values" 2> >(quiet) >/dev/null || {
     echo "!! helm lint failed with $values" >&2; "$HELM" lint --strict "$CHART" -f "$values" >&2; exit 1; }
 done
 
-nsb_say "helm template (default values, CRDs included) against deploy/*.yaml"
-"$HELM" template namespace-baseline "$CHART" --include-crds 2> >(quiet) >"$OUT/default.yaml"
-"$MANIFESTS" compare "$OUT/default.yaml" --against "$ROOT"/deploy/*.yaml
+nsb_say "helm template without the API door's endpoints must fail, naming what to do"
+if message="$("$HELM" template namespace-baseline "$CHART" 2>&1 >/dev/null)"; then
+  echo "!! the chart rendered without reconciler.networkPolicy.apiServer: the walled reconciler would be locked out" >&2; exit 1
+fi
+grep -qF 'namespace-baseline-reconciler api-door' <<<"$message" ||
+  { echo "!! the failure does not name the api-door command: $message" >&2; exit 1; }
 
-for values in "$ROOT"/charts/tests/*.yaml; do
+# The API door is made per cluster: deploy/ leaves it to `api-door -o manifest`, which
+# charts/tests/api-door-policy.yaml is the output of for the endpoint of api-door.yaml (a
+# reconciler test checks that).
+nsb_say "helm template (default values and the API door of charts/tests/api-door.yaml, CRDs included) against deploy/*.yaml + that door"
+"$HELM" template namespace-baseline "$CHART" --include-crds -f "$ROOT/charts/tests/api-door.yaml" 2> >(quiet) >"$OUT/default.yaml"
+"$MANIFESTS" compare "$OUT/default.yaml" --against "$ROOT"/deploy/*.yaml "$ROOT/charts/tests/api-door-policy.yaml"
+
+for values in "$ROOT"/charts/tests/{everything,minimal}.yaml; do
   name="$(basename "$values" .yaml)"
   nsb_say "helm template -f charts/tests/$name.yaml"
   "$HELM" template namespace-baseline "$CHART" --include-crds -f "$values" 2> >(quiet) >"$OUT/$name.yaml"

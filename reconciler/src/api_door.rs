@@ -27,6 +27,10 @@ use crate::retry::WatchBackoff;
 use crate::state::State;
 use crate::writes::gated;
 
+/// The name of the reconciler's API door in `deploy/` (the chart names it after the release's
+/// reconciler).
+pub const API_DOOR_POLICY: &str = "namespace-baseline-reconciler-api-door";
+
 /// Which of the two watches an event came from.
 #[derive(Clone, Copy)]
 enum Source {
@@ -170,7 +174,7 @@ pub fn render_door(api: &ApiEndpoints, format: ApiDoorFormat) -> String {
                 "apiVersion": "networking.k8s.io/v1",
                 "kind": "NetworkPolicy",
                 "metadata": {
-                    "name": "namespace-baseline-reconciler",
+                    "name": API_DOOR_POLICY,
                     "namespace": namespace_baseline_core::identity::RECONCILER_NAMESPACE,
                     "labels": {
                         "app.kubernetes.io/name": "namespace-baseline-reconciler",
@@ -179,9 +183,8 @@ pub fn render_door(api: &ApiEndpoints, format: ApiDoorFormat) -> String {
                 },
                 "spec": {
                     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "namespace-baseline-reconciler"}},
-                    "policyTypes": ["Ingress", "Egress"],
+                    "policyTypes": ["Egress"],
                     "egress": [rule],
-                    "ingress": [{"ports": [{"protocol": "TCP", "port": 8080}]}],
                 },
             });
             format!(
@@ -214,6 +217,25 @@ mod tests {
             render_door(&endpoints(), ApiDoorFormat::Values),
             "# The API server's endpoints (EndpointSlices of default/kubernetes): 10.0.0.11, 10.0.0.12 on TCP 6443\n\
              reconciler:\n  networkPolicy:\n    apiServer:\n      addresses: [10.0.0.11/32, 10.0.0.12/32]\n      ports: [6443]\n"
+        );
+    }
+
+    /// The chart renders the same door from the same endpoints: charts/check.sh compares its
+    /// default rendering with deploy/ plus this file.
+    #[test]
+    fn the_committed_example_door_is_what_the_command_prints() {
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["192.0.2.10"]}],
+            "ports": [{"name": "https", "protocol": "TCP", "port": 6443}],
+        }))
+        .unwrap();
+        let printed = render_door(&ApiEndpoints::of(&[&slice]), ApiDoorFormat::Manifest);
+        let committed = include_str!("../../charts/tests/api-door-policy.yaml");
+        assert_eq!(
+            printed, committed,
+            "charts/tests/api-door-policy.yaml is stale: regenerate it from this test's output"
         );
     }
 

@@ -173,7 +173,7 @@ fn the_deployment_is_hardened_and_leader_elected() {
 }
 
 #[test]
-fn the_own_namespace_is_guarded_with_a_door_to_the_api_server() {
+fn the_own_namespace_is_guarded_and_its_api_door_is_checked() {
     let manifests = documents(RECONCILER);
     let namespace = of_kind(&manifests, "Namespace")[0];
     let system: Value =
@@ -184,15 +184,20 @@ fn the_own_namespace_is_guarded_with_a_door_to_the_api_server() {
     .unwrap();
     let labels = yaml_serde::from_value(namespace["metadata"]["labels"].clone()).unwrap();
     assert!(selector.matches(&labels));
+    // deploy/ opens ingress for probes and scraping only; the API door is made per cluster
+    // (`api-door -o manifest`), named by --api-door-policy.
     let policy = of_kind(&manifests, "NetworkPolicy")[0];
-    let ports: Vec<_> = policy["spec"]["egress"][0]["ports"]
+    assert_eq!(policy["spec"]["policyTypes"][0], "Ingress");
+    assert!(policy["spec"].get("egress").is_none(), "no door to anywhere");
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 8080);
+    let deployment = of_kind(&manifests, "Deployment")[0];
+    let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_sequence()
         .unwrap()
         .iter()
-        .map(|p| p["port"].as_u64().unwrap())
+        .map(|arg| arg.as_str().unwrap())
         .collect();
-    assert_eq!(ports, [443, 6443]);
-    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 8080);
+    assert!(args.contains(&"--api-door-policy=namespace-baseline-reconciler-api-door"), "{args:?}");
 }
 
 /// Every example baseline is a valid spec, and the DNS examples open the doors their

@@ -42,6 +42,7 @@ pub use namespace_baseline_core::identity::{FIELD_MANAGER, deny_all_policy_name,
 
 pub mod faults;
 pub mod leadership;
+pub mod repairs;
 pub mod window;
 
 pub use window::Window;

@@ -20,6 +20,8 @@
 //! request counts; NSB_APISERVER_PID / NSB_ETCD_PID (the control plane's env) for CPU time.
 //! `e2e-tests/cluster-bench.sh` builds, starts a fresh control plane per size and runs it.
 
+#[path = "cluster_bench/floor.rs"]
+mod floor;
 #[path = "cluster_bench/observe.rs"]
 mod observe;
 #[path = "cluster_bench/process.rs"]
@@ -552,6 +554,52 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         ),
     ));
     reconciler.stop().await?;
+
+    // 6. The floor: the same writes by a plain client as the reconciler's ServiceAccount, at
+    // several concurrencies (each a new wall, so that every apply creates an object); the
+    // best is the floor the convergence is compared with.
+    let client = cluster.reconciler_client().await?;
+    let mut floor_runs = Vec::new();
+    for concurrency in [16, 32, 64] {
+        let name = format!("{}-floor{concurrency}", scenario.name);
+        let mark = cluster.audit.mark();
+        let run = floor::run(&client, &name, &walled, concurrency).await?;
+        let requests = requests_since(cluster, mark);
+        eprintln!(
+            "   floor: {} applies at concurrency {concurrency} in {}; {}",
+            2 * n,
+            ms(run.took.as_secs_f64() * 1e3),
+            describe(&requests)
+        );
+        floor_runs.push((run, requests));
+    }
+    let (best, best_requests) = floor_runs
+        .iter()
+        .min_by_key(|(run, _)| run.took)
+        .context("no floor run")?;
+    let floor_ms = best.took.as_secs_f64() * 1e3;
+    let converged_ms = samples.p(50.0);
+    let ratio = converged_ms / floor_ms;
+    rows.push(Row {
+        what: "floor: 2N server-side applies by a plain client (best concurrency) vs convergence"
+            .to_owned(),
+        size: n,
+        median: ms(floor_ms),
+        spread: format!("ratio {ratio:.2}"),
+        target: "convergence ≤ 1.2 × floor".to_owned(),
+        verdict: Verdict::of(ratio <= 1.2),
+        detail: format!(
+            "floor at concurrency {} ({}); runs: {}; convergence median {}",
+            best.concurrency,
+            describe(best_requests),
+            floor_runs
+                .iter()
+                .map(|(run, _)| format!("{} → {}", run.concurrency, ms(run.took.as_secs_f64() * 1e3)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            ms(converged_ms)
+        ),
+    });
     Ok(rows)
 }
 

@@ -157,6 +157,19 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
     );
 
     // --- install, as a user would --------------------------------------------------------
+    // The API door for this cluster, printed by the reconciler from the EndpointSlices of
+    // default/kubernetes (README: "Install in a cluster").
+    let door_values = std::env::temp_dir().join(format!("nsb-node-api-door-{}.yaml", std::process::id()));
+    let binary = std::env::var("NSB_RECONCILER_BIN").expect("NSB_RECONCILER_BIN: the reconciler binary");
+    let printed = Command::new(&binary)
+        .args(["api-door", "-o", "values"])
+        .env("KUBECONFIG", std::env::var("TEST_KUBECONFIG").expect("TEST_KUBECONFIG"))
+        .output()
+        .expect("running api-door");
+    assert!(printed.status.success(), "api-door failed: {}", String::from_utf8_lossy(&printed.stderr));
+    let door_text = String::from_utf8(printed.stdout).unwrap();
+    std::fs::write(&door_values, &door_text).unwrap();
+    eprintln!("FIGURE n4: the API door of the test node, as `api-door` prints it:\n{door_text}");
     let chart = repo_root().join("charts/namespace-baseline");
     let started = Instant::now();
     helm(&[
@@ -168,6 +181,8 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
         "default",
         // The harness applied deploy/rbac.yaml and the namespace before: adopt them.
         "--take-ownership",
+        "-f",
+        &door_values.to_string_lossy(),
         "--set",
         "admissionPolicy.enabled=false",
         "--set",

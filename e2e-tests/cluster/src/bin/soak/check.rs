@@ -1,7 +1,6 @@
 //! What the audit log says about the soak: leadership terms and overlaps, handovers, and how
 //! long each drift took to be repaired.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
@@ -39,21 +38,11 @@ pub struct Verdict {
     pub lease_released: bool,
 }
 
-fn parse(text: Option<&String>) -> Option<Timestamp> {
-    text?.parse().ok()
-}
-
 fn since(from: Timestamp, to: Timestamp) -> Duration {
     to.duration_since(from)
         .max(SignedDuration::ZERO)
         .try_into()
         .unwrap_or_default()
-}
-
-/// An admin's change to a managed policy, and the policy.
-struct Drift {
-    object: (String, String),
-    at: Timestamp,
 }
 
 pub fn analyse(
@@ -162,8 +151,6 @@ pub fn analyse(
     Ok(verdict)
 }
 
-/// Each admin change to a managed policy matched with the reconciler's first successful
-/// write to that policy answered after it: (change answered, repair answered).
 fn repairs(
     events: &[AuditEvent],
     reconciler: &str,
@@ -173,52 +160,8 @@ fn repairs(
         namespace_baseline_cluster_tests::deny_all_policy_name(&chaos.baseline),
         namespace_baseline_cluster_tests::dns_policy_name(&chaos.baseline),
     ];
-    let object_of = |event: &AuditEvent| {
-        let object = event.object_ref.clone().unwrap_or_default();
-        (
-            object.namespace.unwrap_or_default(),
-            object.name.unwrap_or_default(),
-        )
-    };
-    let drifts: Vec<Drift> = events
-        .iter()
-        .filter(|e| e.user.username != reconciler && e.stage == "ResponseComplete")
-        .filter(|e| {
-            matches!(e.verb.as_str(), "delete" | "patch") && e.resource() == "networkpolicies"
-        })
-        .filter(|e| e.code().is_some_and(|c| (200..300).contains(&c)))
-        .filter(|e| managed.contains(&object_of(e).1))
-        .filter_map(|e| {
-            Some(Drift {
-                object: object_of(e),
-                at: parse(e.stage_timestamp.as_ref())?,
-            })
-        })
-        .collect();
-    let mut fixes: BTreeMap<(String, String), Vec<Timestamp>> = BTreeMap::new();
-    for event in events.iter().filter(|e| {
-        e.user.username == reconciler
-            && e.stage == "ResponseComplete"
-            && e.verb == "patch"
-            && e.resource() == "networkpolicies"
-            && e.code().is_some_and(|c| (200..300).contains(&c))
-    }) {
-        if let Some(at) = parse(event.stage_timestamp.as_ref()) {
-            fixes.entry(object_of(event)).or_default().push(at);
-        }
-    }
-    let mut matched = Vec::new();
-    let mut unmatched = 0;
-    for drift in drifts {
-        let fix = fixes
-            .get(&drift.object)
-            .and_then(|times| times.iter().filter(|t| **t >= drift.at).min());
-        match fix {
-            Some(fix) => matched.push((drift.at, *fix)),
-            None => unmatched += 1,
-        }
-    }
-    (matched, unmatched)
+    let (found, unmatched) = namespace_baseline_cluster_tests::repairs::repairs(events, reconciler, &managed);
+    (found.into_iter().map(|repair| (repair.changed, repair.repaired)).collect(), unmatched)
 }
 
 impl Verdict {
