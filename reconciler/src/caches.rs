@@ -355,13 +355,78 @@ pub fn namespace_meta(namespace: Namespace) -> NamespaceMeta {
 
 /// What the policy cache keeps: identity, labels and spec, all the drift check and the holes
 /// report compare.
+/// Another policy keeps only what the holes report reads: its name and its rules (not its
+/// labels, its pod selector nor the `except` lists of its ipBlocks).
 pub fn slim_policy(policy: &mut NetworkPolicy) {
     let metadata = std::mem::take(&mut policy.metadata);
+    let managed = metadata.labels.as_ref().is_some_and(claims_management);
     policy.metadata = ObjectMeta {
         name: metadata.name,
         namespace: metadata.namespace,
-        labels: metadata.labels,
+        labels: metadata.labels.filter(|_| managed),
         deletion_timestamp: metadata.deletion_timestamp,
         ..ObjectMeta::default()
     };
+    if !managed && let Some(spec) = policy.spec.as_mut() {
+        spec.pod_selector = None;
+        let peers = spec
+            .ingress
+            .iter_mut()
+            .flatten()
+            .flat_map(|rule| rule.from.iter_mut().flatten())
+            .chain(
+                spec.egress
+                    .iter_mut()
+                    .flatten()
+                    .flat_map(|rule| rule.to.iter_mut().flatten()),
+            );
+        for peer in peers {
+            if let Some(block) = peer.ip_block.as_mut() {
+                block.except = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use namespace_baseline_core::holes::holes;
+    use serde_json::json;
+
+    /// The cache keeps of another policy only what the holes report reads: the report on the
+    /// slimmed policy is the report on the whole one.
+    #[test]
+    fn another_policy_keeps_what_its_holes_need() {
+        let full: NetworkPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "team", "namespace": "a", "labels": {"team": "a"},
+                         "annotations": {"big": "x".repeat(1000)}, "managedFields": [{"manager": "kubectl"}]},
+            "spec": {
+                "podSelector": {"matchLabels": {"app": "web"}},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [{"namespaceSelector": {}}]}, {"from": [{"podSelector": {"matchLabels": {"x": "y"}}}], "ports": [{"port": 80}]}],
+                "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "192.168.0.0/16"]}}]}],
+            },
+        }))
+        .unwrap();
+        let mut slim = full.clone();
+        slim_policy(&mut slim);
+        assert_eq!(holes(&slim), holes(&full));
+        assert_eq!(holes(&full).len(), 3);
+        assert!(slim.metadata.labels.is_none() && slim.metadata.annotations.is_none());
+        assert!(slim.metadata.managed_fields.is_none());
+        assert!(slim.spec.as_ref().unwrap().pod_selector.is_none());
+    }
+
+    /// A managed policy keeps its labels and whole spec: the drift check compares them.
+    #[test]
+    fn a_managed_policy_keeps_its_labels_and_spec() {
+        let spec = namespace_baseline_core::NamespaceBaselineSpec::new("a=b");
+        let mut wall = namespace_baseline_core::wall::desired_wall("guarded", "team-a", &spec);
+        let full = wall.remove(1);
+        let mut slim = full.clone();
+        slim_policy(&mut slim);
+        assert_eq!(slim.spec, full.spec);
+        assert_eq!(slim.metadata.labels, full.metadata.labels);
+    }
 }

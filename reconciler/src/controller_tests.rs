@@ -538,9 +538,10 @@ async fn a_server_error_requeues_with_growing_backoff_and_success_resets_it() {
     let error = run(&harness, guarded.as_ref().clone()).await.unwrap_err();
     let second = error_policy(guarded.clone(), &error, harness.ctx.clone());
     assert_eq!(harness.state.retries.attempts("guarded"), 2);
-    // The harness's retries have no jitter: exactly half the exponential ceiling.
-    assert_eq!(first, Action::requeue(Duration::from_millis(250)));
-    assert_eq!(second, Action::requeue(Duration::from_millis(500)));
+    // The harness's retries have no jitter: exactly half the exponential ceiling (0.2 s, then
+    // 0.4 s).
+    assert_eq!(first, Action::requeue(Duration::from_millis(100)));
+    assert_eq!(second, Action::requeue(Duration::from_millis(200)));
 
     // The other namespace was still written, and the status says it is retrying.
     let state = harness.state.clone();

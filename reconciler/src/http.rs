@@ -124,6 +124,16 @@ mod tests {
         let (status, text) = get(&state, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(text.contains("namespace_baseline_leader 1"), "{text}");
+        // Every series is there from the start, at 0.
+        for series in [
+            r#"namespace_baseline_reconciles_total{result="success"} 0"#,
+            r#"namespace_baseline_reconcile_errors_total{class="transient"} 0"#,
+            r#"namespace_baseline_holes{width="World",direction="Egress"} 0"#,
+            "namespace_baseline_drift_repairs_total 0",
+            "namespace_baseline_api_door_mismatch 0",
+        ] {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
         assert_eq!(get(&state, "/nope").await.0, StatusCode::NOT_FOUND);
     }
 

@@ -122,6 +122,28 @@ impl Default for Metrics {
             "1 while the reconciler's own egress door does not open every API server endpoint (EndpointSlice default/kubernetes): it is locked out, or will be at the next restart",
             api_door_mismatch.clone(),
         );
+        // Every series exists from the start, at 0: an absent series is then a bug (renamed,
+        // never exported), never "nothing happened yet".
+        for result in [
+            ReconcileResult::Success,
+            ReconcileResult::TransientError,
+            ReconcileResult::PermanentError,
+        ] {
+            reconciles.get_or_create(&ResultLabels { result });
+        }
+        for class in [ErrorClass::Transient, ErrorClass::Permanent] {
+            errors.get_or_create(&ClassLabels {
+                class: class.as_str(),
+            });
+        }
+        for width in Width::ALL {
+            for direction in [Direction::Ingress, Direction::Egress] {
+                holes.get_or_create(&HoleLabels {
+                    width: width.as_str(),
+                    direction: direction.as_str(),
+                });
+            }
+        }
         Self {
             registry,
             reconciles,

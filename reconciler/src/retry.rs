@@ -18,7 +18,10 @@ pub struct Retries {
 
 impl Default for Retries {
     fn default() -> Self {
-        Self::new(Duration::from_millis(500), Duration::from_secs(120))
+        // A retry writes only what is still not in place, so retrying soon is cheap, and a
+        // repair waiting behind a long backoff is a wall left open; under a sustained outage
+        // one baseline costs one attempt every 30 s.
+        Self::new(Duration::from_millis(200), Duration::from_secs(30))
     }
 }
 

@@ -85,27 +85,41 @@ pub(crate) fn count(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
-/// Applies the writes, namespaces in parallel (at most `concurrency` at once), each
-/// namespace's changes in order; `writes` is pulled as slots free up. Every namespace is
-/// attempted; the error returned is a transient one if any (a retry will also retry the
-/// rest), else the first permanent one.
+/// Applies the writes, at most `concurrency` requests in flight (the changes of a namespace
+/// are independent: different objects), pulling `writes` as slots free up so that a first
+/// install over thousands of namespaces never holds every desired object at once. Every
+/// change is attempted; the error returned is a transient one if any (a retry will also
+/// retry the rest), else the first permanent one.
 pub(crate) async fn apply(
     ctx: &Context,
     writes: impl Iterator<Item = (String, Vec<Change>)> + Send,
 ) -> (Counts, Option<Error>) {
-    let results: Vec<(Counts, Option<Error>)> = stream::iter(writes)
-        .map(|(_, changes)| apply_namespace(ctx, changes))
+    let results: Vec<(Change, Result<()>)> = stream::iter(writes.flat_map(|(_, changes)| changes))
+        .map(|change| async move {
+            let result = apply_change(ctx, &change).await;
+            (change, result)
+        })
         .buffer_unordered(ctx.settings.concurrency.max(1))
         .collect()
         .await;
     let mut total = Counts::default();
     let mut errors = Vec::new();
-    for (counts, error) in results {
-        total.created += counts.created;
-        total.repaired.extend(counts.repaired);
-        total.deleted += counts.deleted;
-        total.unapplied += counts.unapplied;
-        errors.extend(error);
+    for (change, result) in results {
+        if let Err(error) = result {
+            total.unapplied += 1;
+            errors.push(error);
+            continue;
+        }
+        match change {
+            Change::Create(_) => total.created += 1,
+            Change::Repair(policy, drift) => total.repaired.push(format!(
+                "{}/{} ({})",
+                policy.namespace().unwrap_or_default(),
+                policy.name_any(),
+                drift.describe()
+            )),
+            Change::Delete { .. } => total.deleted += 1,
+        }
     }
     let transient = errors
         .iter()
@@ -117,43 +131,24 @@ pub(crate) async fn apply(
     (total, error)
 }
 
-async fn apply_namespace(ctx: &Context, changes: Vec<Change>) -> (Counts, Option<Error>) {
-    let mut counts = Counts::default();
-    let total = count(changes.len());
-    for change in changes {
-        let result = match &change {
-            Change::Create(policy) => server_side_apply(ctx, policy).await,
-            Change::Repair(policy, drift) => {
-                let applied = server_side_apply(ctx, policy).await;
-                if applied.is_ok() && *drift == Drift::Deleted {
-                    ctx.caches.tombstones.take(
-                        policy.metadata.namespace.as_deref().unwrap_or_default(),
-                        policy.metadata.name.as_deref().unwrap_or_default(),
-                    );
-                }
-                applied
+async fn apply_change(ctx: &Context, change: &Change) -> Result<()> {
+    match change {
+        Change::Create(policy) => server_side_apply(ctx, policy).await,
+        Change::Repair(policy, drift) => {
+            let applied = server_side_apply(ctx, policy).await;
+            if applied.is_ok() && *drift == Drift::Deleted {
+                ctx.caches.tombstones.take(
+                    policy.metadata.namespace.as_deref().unwrap_or_default(),
+                    policy.metadata.name.as_deref().unwrap_or_default(),
+                );
             }
-            Change::Delete { namespace, name } => {
-                ctx.caches.tombstones.expect_deletion(namespace, name);
-                delete(ctx, namespace, name).await
-            }
-        };
-        if let Err(error) = result {
-            counts.unapplied = total - counts.writes();
-            return (counts, Some(error));
+            applied
         }
-        match change {
-            Change::Create(_) => counts.created += 1,
-            Change::Repair(policy, drift) => counts.repaired.push(format!(
-                "{}/{} ({})",
-                policy.namespace().unwrap_or_default(),
-                policy.name_any(),
-                drift.describe()
-            )),
-            Change::Delete { .. } => counts.deleted += 1,
+        Change::Delete { namespace, name } => {
+            ctx.caches.tombstones.expect_deletion(namespace, name);
+            delete(ctx, namespace, name).await
         }
     }
-    (counts, None)
 }
 
 /// Server-side apply of the whole object under our field manager, forced: every spec field

@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 pub use namespace_baseline_core::identity::{FIELD_MANAGER, deny_all_policy_name, dns_policy_name};
 
 pub mod faults;
+pub mod flags;
 pub mod leadership;
 pub mod repairs;
 pub mod window;

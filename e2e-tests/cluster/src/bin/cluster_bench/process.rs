@@ -193,6 +193,16 @@ impl CpuMeter {
         }
     }
 
+    /// The reconciler's CPU seconds since the start.
+    pub fn seconds(&self) -> f64 {
+        self.pids
+            .iter()
+            .zip(&self.start)
+            .find(|((name, _), _)| *name == "reconciler")
+            .and_then(|((_, pid), start)| Some(cpu_seconds(*pid)? - (*start)?))
+            .unwrap_or(0.0)
+    }
+
     /// "kube-apiserver 3.1 s, etcd 0.4 s, ... in 2.0 s wall".
     pub fn describe(&self) -> String {
         let wall = self.started.elapsed().as_secs_f64();

@@ -4,7 +4,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
+use namespace_baseline_cluster_tests::flags::Flags;
 
 pub struct Options {
     pub namespaces: usize,
@@ -35,19 +36,10 @@ impl Options {
             seed: 1,
             out: None,
         };
-        let mut args = std::env::args().skip(1);
-        while let Some(arg) = args.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
-                None => (arg.clone(), None),
-            };
-            let mut value = || -> Result<String> {
-                inline
-                    .clone()
-                    .or_else(|| args.next())
-                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
-            };
-            match flag.as_str() {
+        let mut flags = Flags::new(std::env::args().skip(1), USAGE);
+        while let Some(flag) = flags.next_flag() {
+            let mut value = || flags.value(&flag);
+            match flag.name.as_str() {
                 "--namespaces" => options.namespaces = value()?.parse()?,
                 "--duration" => options.duration = Duration::from_secs(value()?.parse()?),
                 "--kills" => options.kills = value()?.parse()?,

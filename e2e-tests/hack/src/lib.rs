@@ -1,0 +1,1 @@
+//! Nothing: this package exists for its dependencies (see its Cargo.toml).
