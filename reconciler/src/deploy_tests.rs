@@ -188,7 +188,10 @@ fn the_own_namespace_is_guarded_and_its_api_door_is_checked() {
     // (`api-door -o manifest`), named by --api-door-policy.
     let policy = of_kind(&manifests, "NetworkPolicy")[0];
     assert_eq!(policy["spec"]["policyTypes"][0], "Ingress");
-    assert!(policy["spec"].get("egress").is_none(), "no door to anywhere");
+    assert!(
+        policy["spec"].get("egress").is_none(),
+        "no door to anywhere"
+    );
     assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 8080);
     let deployment = of_kind(&manifests, "Deployment")[0];
     let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -197,7 +200,10 @@ fn the_own_namespace_is_guarded_and_its_api_door_is_checked() {
         .iter()
         .map(|arg| arg.as_str().unwrap())
         .collect();
-    assert!(args.contains(&"--api-door-policy=namespace-baseline-reconciler-api-door"), "{args:?}");
+    assert!(
+        args.contains(&"--api-door-policy=namespace-baseline-reconciler-api-door"),
+        "{args:?}"
+    );
 }
 
 /// Every example baseline is a valid spec, and the DNS examples open the doors their

@@ -129,19 +129,19 @@ impl Default for Metrics {
             ReconcileResult::TransientError,
             ReconcileResult::PermanentError,
         ] {
-            reconciles.get_or_create(&ResultLabels { result });
+            drop(reconciles.get_or_create(&ResultLabels { result }));
         }
         for class in [ErrorClass::Transient, ErrorClass::Permanent] {
-            errors.get_or_create(&ClassLabels {
+            drop(errors.get_or_create(&ClassLabels {
                 class: class.as_str(),
-            });
+            }));
         }
         for width in Width::ALL {
             for direction in [Direction::Ingress, Direction::Egress] {
-                holes.get_or_create(&HoleLabels {
+                drop(holes.get_or_create(&HoleLabels {
                     width: width.as_str(),
                     direction: direction.as_str(),
-                });
+                }));
             }
         }
         Self {

@@ -29,6 +29,8 @@ use namespace_baseline_core::plan::{Baseline, Decision, NamespacePlan, decide};
 
 use crate::controller::{self, NamespaceMeta};
 use crate::error::{Error, Result};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// Nothing would change.
 pub const EXIT_NO_CHANGES: u8 = 0;
@@ -146,6 +148,8 @@ pub struct State {
     pub namespaces: Vec<Arc<NamespaceMeta>>,
     /// Every NetworkPolicy (the reconciler watches them all: the wall, and the holes).
     pub policies: Vec<Arc<NetworkPolicy>>,
+    /// Services, EndpointSlices and Pods, for the DNS door check (none: not checked).
+    pub dns: Vec<DnsObject>,
     /// What was read but ignored, and why.
     pub notes: Vec<String>,
 }
@@ -170,6 +174,8 @@ enum Object {
     Namespace(Namespace),
     Policy(NetworkPolicy),
     Baseline(NamespaceBaseline),
+    /// A Service, an EndpointSlice or a Pod: what the DNS door is checked against.
+    Dns(DnsObject),
     /// Not one `plan` reads: the note says what and why.
     Ignored(String),
 }
@@ -185,6 +191,7 @@ pub fn from_manifests(options: &PlanOptions) -> Result<State, PlanError> {
             match classify(&document)? {
                 Object::Namespace(namespace) => collected.namespace(&document.origin, namespace)?,
                 Object::Policy(policy) => collected.policy(&document.origin, policy)?,
+                Object::Dns(object) => collected.dns.push(object),
                 Object::Baseline(baseline) if !baselines_given => {
                     collected.baseline(&document.origin, baseline)?;
                 }
@@ -245,13 +252,51 @@ pub async fn from_cluster(options: &PlanOptions) -> Result<State> {
     }
     if options.baseline.is_empty() {
         for baseline in list_all(
-            Api::<NamespaceBaseline>::all(client),
+            Api::<NamespaceBaseline>::all(client.clone()),
             ListParams::default(),
             "NamespaceBaselines",
         )
         .await?
         {
             collected.baseline("cluster", baseline)?;
+        }
+    }
+    // What each DNS door is checked against: the Services, EndpointSlices and Pods of the
+    // namespaces of the doors' Services.
+    let dns_namespaces: std::collections::BTreeSet<String> = collected
+        .baselines
+        .values()
+        .filter(|(_, baseline)| baseline.spec.allow_dns)
+        .map(|(_, baseline)| baseline.spec.dns_target().service_ref().0.to_owned())
+        .collect();
+    for namespace in dns_namespaces {
+        let params = ListParams::default;
+        for service in list_all(
+            Api::<Service>::namespaced(client.clone(), &namespace),
+            params(),
+            "Services",
+        )
+        .await?
+        {
+            collected.dns.push(DnsObject::Service(Box::new(service)));
+        }
+        for slice in list_all(
+            Api::<EndpointSlice>::namespaced(client.clone(), &namespace),
+            params(),
+            "EndpointSlices",
+        )
+        .await?
+        {
+            collected.dns.push(DnsObject::Slice(Box::new(slice)));
+        }
+        for pod in list_all(
+            Api::<Pod>::namespaced(client.clone(), &namespace),
+            params(),
+            "Pods",
+        )
+        .await?
+        {
+            collected.dns.push(DnsObject::Pod(Box::new(pod)));
         }
     }
     Ok(collected.into_state(Source::Cluster))
@@ -283,6 +328,7 @@ struct Collected {
     baselines: BTreeMap<String, (String, NamespaceBaseline)>,
     namespaces: BTreeMap<String, (String, NamespaceMeta)>,
     policies: BTreeMap<(String, String), (String, NetworkPolicy)>,
+    dns: Vec<DnsObject>,
     notes: Vec<String>,
 }
 
@@ -293,7 +339,7 @@ impl Collected {
             for document in read_manifests(path)? {
                 match classify(&document)? {
                     Object::Baseline(baseline) => self.baseline(&document.origin, baseline)?,
-                    Object::Namespace(_) | Object::Policy(_) => self.notes.push(format!(
+                    Object::Namespace(_) | Object::Policy(_) | Object::Dns(_) => self.notes.push(format!(
                         "{}: ignored: --baseline reads only NamespaceBaselines (give Namespaces and NetworkPolicies with --manifests)",
                         document.origin
                     )),
@@ -394,6 +440,7 @@ impl Collected {
                 .into_values()
                 .map(|(_, policy)| Arc::new(policy))
                 .collect(),
+            dns: self.dns,
             notes: self.notes,
         }
     }
@@ -533,12 +580,13 @@ fn classify(document: &Document) -> Result<Object, PlanError> {
     let api_version = field("apiVersion").unwrap_or_default();
     let baseline_version = format!("{GROUP}/{VERSION}");
     let expected = match kind {
-        "Namespace" => "v1",
+        "Namespace" | "Service" | "Pod" => "v1",
+        "EndpointSlice" => "discovery.k8s.io/v1",
         "NetworkPolicy" => "networking.k8s.io/v1",
         KIND => baseline_version.as_str(),
         other => {
             return Ok(Object::Ignored(format!(
-                "{}: {other} ignored: plan reads Namespaces, NetworkPolicies and NamespaceBaselines",
+                "{}: {other} ignored: plan reads Namespaces, NetworkPolicies, NamespaceBaselines, and Services, EndpointSlices and Pods for the DNS check",
                 document.origin
             )));
         }
@@ -561,6 +609,15 @@ fn classify(document: &Document) -> Result<Object, PlanError> {
     Ok(match kind {
         "Namespace" => Object::Namespace(typed(document, "Namespace", name)?),
         "NetworkPolicy" => Object::Policy(typed(document, "NetworkPolicy", name)?),
+        "Service" => Object::Dns(DnsObject::Service(Box::new(typed(
+            document, "Service", name,
+        )?))),
+        "EndpointSlice" => Object::Dns(DnsObject::Slice(Box::new(typed(
+            document,
+            "EndpointSlice",
+            name,
+        )?))),
+        "Pod" => Object::Dns(DnsObject::Pod(Box::new(typed(document, "Pod", name)?))),
         _ => Object::Baseline(typed(document, KIND, name)?),
     })
 }
@@ -632,6 +689,11 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, state: &State) -> Baseli
         drift: Vec::new(),
         orphaned: Vec::new(),
         holes: Vec::new(),
+        dns: if spec.allow_dns {
+            dns_check(spec, &state.dns)
+        } else {
+            None
+        },
     };
     match decide(Baseline::from(baseline), &state.namespaces, &state.policies) {
         Decision::CleanUp(mut writes) => {
@@ -795,6 +857,81 @@ pub struct BaselineReport {
     pub orphaned: Vec<PolicyRef>,
     /// Rules of other policies that open the wall in the guarded namespaces.
     pub holes: Vec<HoleItem>,
+    /// Whether the DNS door reaches the DNS Service's ready endpoints (`None`: no door, or
+    /// no object read in the door's Service namespace).
+    pub dns: Option<namespace_baseline_core::doors::Reachability>,
+}
+
+/// An object the DNS door is checked against.
+#[derive(Debug)]
+pub enum DnsObject {
+    Service(Box<Service>),
+    Slice(Box<EndpointSlice>),
+    Pod(Box<Pod>),
+}
+
+impl DnsObject {
+    fn namespace(&self) -> Option<&str> {
+        match self {
+            Self::Service(o) => o.metadata.namespace.as_deref(),
+            Self::Slice(o) => o.metadata.namespace.as_deref(),
+            Self::Pod(o) => o.metadata.namespace.as_deref(),
+        }
+    }
+}
+
+/// The DNS door of `spec` against the Services, EndpointSlices and Pods read; `None` when
+/// none of them is in the door's Service namespace (nothing to check against).
+fn dns_check(
+    spec: &namespace_baseline_core::NamespaceBaselineSpec,
+    objects: &[DnsObject],
+) -> Option<namespace_baseline_core::doors::Reachability> {
+    use namespace_baseline_core::doors::{DnsService, SERVICE_NAME_LABEL, check_dns_door};
+    let door = spec.dns_target();
+    let (namespace, name) = door.service_ref();
+    let here: Vec<&DnsObject> = objects
+        .iter()
+        .filter(|o| o.namespace() == Some(namespace))
+        .collect();
+    if here.is_empty() {
+        return None;
+    }
+    let exists = here
+        .iter()
+        .any(|o| matches!(o, DnsObject::Service(s) if s.metadata.name.as_deref() == Some(name)));
+    let service_of = |slice: &EndpointSlice| {
+        slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
+            .cloned()
+    };
+    let slices: Vec<&EndpointSlice> = here
+        .iter()
+        .filter_map(|o| match o {
+            DnsObject::Slice(slice) if service_of(slice).as_deref() == Some(name) => {
+                Some(slice.as_ref())
+            }
+            _ => None,
+        })
+        .collect();
+    let pod_labels = |pod: &str| {
+        here.iter().find_map(|o| match o {
+            DnsObject::Pod(p) if p.metadata.name.as_deref() == Some(pod) => {
+                Some(p.metadata.labels.clone().unwrap_or_default())
+            }
+            _ => None,
+        })
+    };
+    Some(check_dns_door(
+        &door,
+        &DnsService {
+            exists,
+            slices,
+            pod_labels: &pod_labels,
+        },
+    ))
 }
 
 /// A hole in a guarded namespace.
@@ -949,6 +1086,16 @@ pub fn render_text(report: &Report) -> String {
                 out,
                 "  = orphaned {}/{}: {}",
                 orphan.namespace, orphan.name, orphan.reason
+            );
+        }
+        if let Some(dns) = &baseline.dns {
+            let _ = writeln!(
+                out,
+                "  {} dns      DNSReachable {} ({}): {}",
+                if dns.reachable { 'o' } else { '!' },
+                if dns.reachable { "True" } else { "False" },
+                dns.reason,
+                dns.message
             );
         }
         for item in &baseline.holes {

@@ -160,7 +160,7 @@ fn pending_changes_name_each_write_and_what_differs() {
     // Other kinds are ignored with a note naming the document; so is nothing else.
     assert_eq!(report.notes.len(), 1, "{:?}", report.notes);
     assert!(
-        report.notes[0].ends_with("more.yml: document 2: ConfigMap ignored: plan reads Namespaces, NetworkPolicies and NamespaceBaselines"),
+        report.notes[0].ends_with("more.yml: document 2: ConfigMap ignored: plan reads Namespaces, NetworkPolicies, NamespaceBaselines, and Services, EndpointSlices and Pods for the DNS check"),
         "{:?}",
         report.notes
     );
@@ -262,6 +262,7 @@ fn json_has_the_documented_shape() {
             "changes",
             "deleting",
             "deletionPolicy",
+            "dns",
             "drift",
             "guarded",
             "holes",
@@ -415,4 +416,40 @@ fn every_policy_is_read_and_the_others_are_holes() {
         state.namespaces[0].labels().get(NAMESPACE_NAME_LABEL),
         Some(&"team-a".to_owned())
     );
+}
+
+/// With the DNS Service's objects among the manifests, the plan checks the door against them
+/// as the reconciler does: an OpenShift-shaped DNS (pods on 5353) misses the default door.
+#[test]
+fn the_plan_checks_the_dns_door_against_the_manifests() {
+    let dir = std::env::temp_dir().join(format!("nsb-plan-dns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("dns.yaml"),
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system}
+spec: {selector: {k8s-app: kube-dns}, ports: [{name: dns, port: 53, targetPort: 5353, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: dns-a, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec: {containers: [{name: dns, image: dns}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: kube-dns-a, namespace: kube-system, labels: {kubernetes.io/service-name: kube-dns}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.0.5], conditions: {ready: true}, targetRef: {kind: Pod, namespace: kube-system, name: dns-a}}]
+ports: [{name: dns, protocol: UDP, port: 5353}]
+"#,
+    )
+    .unwrap();
+    let mut options = options(&["converged/baseline.yaml"], None);
+    options.manifests = Some(dir.clone());
+    let report = plan(&from_manifests(&options).unwrap());
+    let dns = report.baselines[0].dns.as_ref().expect("checked");
+    assert_eq!((dns.reachable, dns.reason), (false, "PortMismatch"));
+    assert!(render_text(&report).contains("  ! dns      DNSReachable False (PortMismatch): the endpoints of kube-system/kube-dns listen on UDP 5353"));
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -23,6 +23,9 @@ pub struct State {
     pub holes: KnownHoles,
 }
 
+/// Holes with the namespace each is in.
+pub type NamespacedHoles = Vec<(String, Hole)>;
+
 /// The holes each baseline has, by namespace: a scoped reconcile updates its namespaces
 /// only, the status counts them all, and each new one gets one Event.
 #[derive(Debug, Default)]
@@ -38,7 +41,7 @@ impl KnownHoles {
         baseline: &str,
         scope: &Scope,
         found: &[(String, Hole)],
-    ) -> (Vec<(String, Hole)>, Vec<(String, Hole)>) {
+    ) -> (NamespacedHoles, NamespacedHoles) {
         let mut known = self
             .by_baseline
             .lock()
