@@ -110,7 +110,8 @@ pub fn from_audit(events: &[AuditEvent], lease: &str) -> Result<(Vec<LeaseWrite>
         }
         let is_lease = event.resource() == "leases"
             && event.object_ref.as_ref().and_then(|o| o.name.as_deref()) == Some(lease);
-        if !(is_lease && event.is_write()) && !protected(event) {
+        let lease_write = is_lease && event.is_write();
+        if !lease_write && !protected(event) {
             continue;
         }
         let Some(writer) = identity_of(&event.user_agent) else {
