@@ -249,6 +249,14 @@ CTR="nsb-image-test-$$"
 CONTAINERS+=("$CTR")
 RUN=(--network host --read-only --cap-drop ALL --security-opt no-new-privileges
   --user 65532:65532 --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --pull never)
+
+# The binary as built unwinds: a panicking reconcile is contained and reported, the process
+# lives (a binary built with panic = "abort" dies here with SIGABRT).
+nsb_say "self-check: a panic in the image's binary is contained"
+checked="$(nsb_podman run --rm "${RUN[@]}" "$PULLED" self-check)" ||
+  fail "self-check failed: the binary in the image does not contain a panicking reconcile"
+[[ "$checked" == "panics unwind: a panicking reconcile is contained and reported" ]] ||
+  fail "self-check said: $checked"
 nsb_say "podman run ${RUN[*]} $PULLED ${ARGS[*]}"
 nsb_podman run -d --name "$CTR" "${RUN[@]}" \
   -v "$WORK/serviceaccount:$SA_DIR:ro" \
