@@ -22,18 +22,10 @@ CARGO="${CARGO:-cargo}"
 . "$ROOT/e2e-tests/control-plane/session.sh"
 cd "$ROOT"
 
-# The reconciler under test is the static release binary that goes into the image
-# (e2e-tests/image/build.sh binaries: built once per run, a no-op when up to date);
-# NSB_RECONCILER_BIN overrides it.
-if [[ -z "${NSB_RECONCILER_BIN:-}" ]]; then
-  nsb_say "building the reconciler (the image's static binary)"
-  "$ROOT/e2e-tests/image/build.sh" binaries >&2
-  NSB_RECONCILER_BIN="$ROOT/target/image/linux/amd64/namespace-baseline-reconciler"
-fi
-export NSB_RECONCILER_BIN
+# The reconciler under test: the image's static release binary (session.sh).
+nsb_reconciler_bin
 nsb_say "building the tests"
 "$CARGO" test -p namespace-baseline-cluster-tests --locked --no-run
-[[ -x "$NSB_RECONCILER_BIN" ]] || { echo "!! reconciler binary not found at $NSB_RECONCILER_BIN" >&2; exit 1; }
 
 cleanup() {
   local rc=$?

@@ -24,14 +24,9 @@ NSB_SAY_PREFIX=">> node-tests"
 cd "$ROOT"
 [[ $(id -u) == 0 ]] || { echo "!! the node tests need root (network namespaces, containerd, kubelet)" >&2; exit 1; }
 
-# The reconciler is the image's static release binary (built once per run; a no-op when up
-# to date), as in the cluster tests; NSB_RECONCILER_BIN overrides it.
-nsb_say "building the reconciler (the image's static binary), netprobe and the node tests"
-if [[ -z "${NSB_RECONCILER_BIN:-}" ]]; then
-  "$ROOT/e2e-tests/image/build.sh" binaries >&2
-  NSB_RECONCILER_BIN="$ROOT/target/image/linux/amd64/namespace-baseline-reconciler"
-fi
-export NSB_RECONCILER_BIN
+# The reconciler under test: the image's static release binary (session.sh).
+nsb_reconciler_bin
+nsb_say "building netprobe and the node tests"
 "$CARGO" build -p namespace-baseline-cluster-tests --bin netprobe --locked
 "$CARGO" test -p namespace-baseline-cluster-tests --features node --test node --locked --no-run
 TARGET="$(nsb_target_dir)"

@@ -25,18 +25,12 @@ else
 fi
 
 TARGET_DIR="$(nsb_target_dir)"
-# The reconciler under test is the static release binary that goes into the image (built
-# once per run, a no-op when up to date); NSB_RECONCILER_BIN overrides it.
-if [[ -z "${NSB_RECONCILER_BIN:-}" ]]; then
-  nsb_say "building the reconciler (the image's static binary)"
-  "$ROOT/e2e-tests/image/build.sh" binaries >&2
-  NSB_RECONCILER_BIN="$ROOT/target/image/linux/amd64/namespace-baseline-reconciler"
-fi
-export NSB_RECONCILER_BIN
+# The reconciler under test: the image's static release binary (session.sh).
+nsb_reconciler_bin
 nsb_say "building the soak"
 "$CARGO" build --locked -p namespace-baseline-cluster-tests --bin soak
 SOAK="$TARGET_DIR/debug/soak"
-[[ -x "$NSB_RECONCILER_BIN" && -x "$SOAK" ]] || { echo "!! binaries not found in $TARGET_DIR/debug" >&2; exit 1; }
+[[ -x "$SOAK" ]] || { echo "!! the soak was not built: $SOAK" >&2; exit 1; }
 export NSB_RECONCILER_LOG="${NSB_RECONCILER_LOG:-info}"
 
 cleanup() {

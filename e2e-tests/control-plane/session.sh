@@ -8,6 +8,9 @@
 #                             variables of its env file (KUBECONFIG, NSB_AUDIT_LOG, ...) and
 #                             sets NSB_STATE_DIR
 #   nsb_stop_control_plane    stops it again (safe to call twice, or when none was started)
+#   nsb_reconciler_bin        exports NSB_RECONCILER_BIN: the reconciler under test, the
+#                             image's static release binary (built once per run, a no-op
+#                             when up to date), unless NSB_RECONCILER_BIN is set already
 
 NSB_CONTROL_PLANE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NSB_STARTED_AT="${NSB_STARTED_AT:-$EPOCHREALTIME}"
@@ -40,4 +43,14 @@ nsb_stop_control_plane() {
     "$NSB_CONTROL_PLANE/stop.sh" "$NSB_STATE_DIR" >&2 || echo "!! stop.sh failed for $NSB_STATE_DIR" >&2
     NSB_STATE_DIR=""
   fi
+}
+
+nsb_reconciler_bin() {
+  if [[ -z "${NSB_RECONCILER_BIN:-}" ]]; then
+    nsb_say "building the reconciler (the image's static binary)"
+    "$NSB_CONTROL_PLANE/../image/build.sh" binaries >&2
+    NSB_RECONCILER_BIN="$(cd "$NSB_CONTROL_PLANE/../.." && pwd)/target/image/linux/amd64/namespace-baseline-reconciler"
+  fi
+  [[ -x "$NSB_RECONCILER_BIN" ]] || { echo "!! reconciler binary not found at $NSB_RECONCILER_BIN" >&2; return 1; }
+  export NSB_RECONCILER_BIN
 }

@@ -390,8 +390,13 @@ pub fn slim_policy(policy: &mut NetworkPolicy) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
     use super::*;
+    use crate::leader::LeaderGate;
     use namespace_baseline_core::holes::holes;
+    use namespace_baseline_core::spec::NamespaceBaseline;
     use serde_json::json;
 
     /// The cache keeps of another policy only what the holes report reads: the report on the
@@ -428,5 +433,43 @@ mod tests {
         slim_policy(&mut slim);
         assert_eq!(slim.spec, full.spec);
         assert_eq!(slim.metadata.labels, full.metadata.labels);
+    }
+
+    #[tokio::test]
+    async fn caches_count_as_synced_once_every_watch_listed_and_wake_every_waiter() {
+        let state = Arc::new(crate::state::State::new(Arc::new(LeaderGate::always())));
+        let (tracker, synced) = ListTracker::new(state.clone());
+        let caches = Caches::new(
+            crate::fixtures::store(vec![]),
+            crate::fixtures::store(vec![]),
+            Some(crate::fixtures::healthy_dns()),
+            synced,
+        );
+        // Several reconciles wait at once (a one-shot readiness signal would wake only one).
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let caches = caches.clone();
+                tokio::spawn(async move { caches.synced().await })
+            })
+            .collect();
+        let done = kube::runtime::watcher::Event::<NamespaceBaseline>::InitDone;
+        tracker.observe(ListTracker::BASELINES, &done);
+        tracker.observe(
+            ListTracker::NAMESPACES,
+            &kube::runtime::watcher::Event::<NamespaceBaseline>::Init,
+        );
+        tracker.observe(ListTracker::NAMESPACES, &done);
+        tokio::task::yield_now().await;
+        assert!(!state.health.caches_synced());
+        assert!(waiters.iter().all(|w| !w.is_finished()));
+        tracker.observe(ListTracker::POLICIES, &done);
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_secs(1), waiter)
+                .await
+                .expect("a waiter was not woken")
+                .unwrap()
+                .unwrap();
+        }
+        assert!(state.health.caches_synced());
     }
 }

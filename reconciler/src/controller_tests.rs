@@ -899,44 +899,6 @@ fn two_baselines_never_plan_over_each_other() {
     );
 }
 
-#[tokio::test]
-async fn caches_count_as_synced_once_every_watch_listed_and_wake_every_waiter() {
-    let state = Arc::new(crate::state::State::new(Arc::new(LeaderGate::always())));
-    let (tracker, synced) = ListTracker::new(state.clone());
-    let caches = Caches::new(
-        crate::fixtures::store(vec![]),
-        crate::fixtures::store(vec![]),
-        Some(crate::fixtures::healthy_dns()),
-        synced,
-    );
-    // Several reconciles wait at once (a one-shot readiness signal would wake only one).
-    let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let caches = caches.clone();
-            tokio::spawn(async move { caches.synced().await })
-        })
-        .collect();
-    let done = kube::runtime::watcher::Event::<NamespaceBaseline>::InitDone;
-    tracker.observe(ListTracker::BASELINES, &done);
-    tracker.observe(
-        ListTracker::NAMESPACES,
-        &kube::runtime::watcher::Event::<NamespaceBaseline>::Init,
-    );
-    tracker.observe(ListTracker::NAMESPACES, &done);
-    tokio::task::yield_now().await;
-    assert!(!state.health.caches_synced());
-    assert!(waiters.iter().all(|w| !w.is_finished()));
-    tracker.observe(ListTracker::POLICIES, &done);
-    for waiter in waiters {
-        tokio::time::timeout(Duration::from_secs(1), waiter)
-            .await
-            .expect("a waiter was not woken")
-            .unwrap()
-            .unwrap();
-    }
-    assert!(state.health.caches_synced());
-}
-
 /// The caches keep slimmed objects: planning over them must decide exactly as over the
 /// objects the API server sent, drift included.
 #[test]
@@ -1025,7 +987,7 @@ fn arcs<T: Clone>(objects: &[T]) -> Vec<Arc<T>> {
 #[test]
 fn only_spec_finalizers_deletion_and_identity_trigger_a_baseline_reconcile() {
     let original = baseline("guarded", seed());
-    let hash = |b: &NamespaceBaseline| baseline_changes(b).unwrap();
+    let hash = |b: &NamespaceBaseline| crate::watches::baseline_changes(b).unwrap();
     let mut status_only = converged(original.clone(), 3);
     status_only.metadata.resource_version = Some("101".into());
     status_only.metadata.labels = Some([("team".to_owned(), "net".to_owned())].into());

@@ -21,6 +21,7 @@ pub mod state;
 pub mod status;
 pub mod telemetry;
 pub mod triggers;
+pub mod watches;
 pub mod writes;
 
 #[cfg(test)]

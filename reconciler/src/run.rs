@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use crate::cli::RunOptions;
-use crate::controller::{self, Settings};
+use crate::controller::Settings;
 use crate::error::{Error, Result};
 use crate::http;
 use crate::leader::{Elector, KubeLeases, LeaderGate, Timing, identity};
@@ -131,7 +131,7 @@ async fn lead_while_elected(
         info!(%identity, "leading: starting the controller");
         state.metrics.set_leader(true);
         let (stop, stopped) = oneshot::channel::<()>();
-        let term = controller::run(
+        let term = crate::watches::run(
             client.clone(),
             settings.clone(),
             state.clone(),

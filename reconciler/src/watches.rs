@@ -1,0 +1,196 @@
+//! The triggers: one watch per resource (baselines, namespaces, NetworkPolicies, the DNS
+//! namespace's objects), feeding both the caches a reconcile reads and the mapping from each
+//! event to the baselines it concerns (and, for a namespace or policy event, the namespace it
+//! concerns: `scope.rs`). Runs the controller for one leadership term, and the API door's
+//! guard beside it.
+
+use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use namespace_baseline_core::spec::NamespaceBaseline;
+use tracing::debug;
+
+use crate::caches::{Caches, ListTracker, NamespaceMeta, slim_namespace, slim_policy};
+use crate::controller::{Context, Settings, error_policy, reconcile};
+use crate::retry::{NoTriggerBackoff, WatchBackoff};
+use crate::state::State;
+use crate::triggers::{NamespaceTriggers, baselines_for_dns, baselines_for_policy};
+
+/// What, in a baseline, calls for a reconcile: a new object (uid), a spec change
+/// (generation), its finalizers, its deletion. A status write (each reconcile that changes
+/// something makes one) does not: it would only run a second reconcile that finds nothing
+/// to do, at thousands of namespaces a full plan for nothing. Namespace and policy events
+/// and the resync still trigger as before.
+pub fn baseline_changes(baseline: &NamespaceBaseline) -> Option<u64> {
+    let metadata = baseline.meta();
+    let mut hasher = DefaultHasher::new();
+    metadata.uid.hash(&mut hasher);
+    metadata.generation.hash(&mut hasher);
+    metadata.finalizers.hash(&mut hasher);
+    metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|time| time.0.as_nanosecond())
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// Runs the controller until `stop` resolves (shutdown or lost leadership), with watches
+/// on NamespaceBaselines, Namespaces, NetworkPolicies and the DNS namespace's Services,
+/// EndpointSlices and pods. The caches feed both the reconcile and the triggers, so each
+/// resource is watched once. The API door is checked beside it.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    state: Arc<State>,
+    instance: String,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (tracker, synced) = ListTracker::new(state.clone());
+    let (namespaces, namespace_writer) = reflector::store::<NamespaceMeta>();
+    let (policies, policy_writer) = reflector::store::<NetworkPolicy>();
+    let (baselines, baseline_writer) = reflector::store::<NamespaceBaseline>();
+    let dns = settings
+        .dns_namespace
+        .as_deref()
+        .map(|namespace| crate::caches::DnsWatches::new(&client, namespace));
+    let caches = Caches::new(
+        namespaces.clone(),
+        policies,
+        dns.as_ref().map(|dns| dns.caches.clone()),
+        synced,
+    );
+
+    let namespace_events = {
+        let tracker = tracker.clone();
+        watcher(
+            Api::<NamespaceMeta>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .backoff(WatchBackoff::default())
+        .modify(slim_namespace)
+        .reflect(namespace_writer)
+        .inspect_ok(move |event| tracker.observe(ListTracker::NAMESPACES, event))
+        .touched_objects()
+    };
+    let policy_events = {
+        let tracker = tracker.clone();
+        let (tombstones, index) = (caches.tombstones.clone(), caches.index.clone());
+        watcher(
+            Api::<NetworkPolicy>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .backoff(WatchBackoff::default())
+        .modify(slim_policy)
+        .reflect(policy_writer)
+        .inspect_ok(move |event| {
+            if let watcher::Event::Delete(policy) = event {
+                tombstones.deleted(policy);
+            }
+            index.observe(event);
+            tracker.observe(ListTracker::POLICIES, event);
+        })
+        .touched_objects()
+    };
+    let baseline_events = watcher(
+        Api::<NamespaceBaseline>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .backoff(WatchBackoff::default())
+    .reflect(baseline_writer)
+    .inspect_ok(move |event| tracker.observe(ListTracker::BASELINES, event))
+    .applied_objects()
+    .predicate_filter(baseline_changes, PredicateConfig::default())
+    .inspect_ok({
+        // A new or changed baseline is seen whole.
+        let dirty = caches.dirty.clone();
+        move |baseline| dirty.all(&baseline.name_any())
+    });
+
+    let namespace_triggers = NamespaceTriggers::default();
+    // A namespace or policy event concerns its namespace only: the baselines it triggers
+    // plan and write for that namespace (scope.rs).
+    let for_namespace = {
+        let baselines = baselines.clone();
+        let dirty = caches.dirty.clone();
+        move |namespace: NamespaceMeta| {
+            let triggered =
+                namespace_triggers.baselines_for(&namespace.metadata, &baselines.state());
+            let name = namespace.metadata.name.as_deref().unwrap_or_default();
+            for baseline in &triggered {
+                dirty.namespace(&baseline.name, name);
+            }
+            triggered
+        }
+    };
+    let for_policy = {
+        let baselines = baselines.clone();
+        let namespaces = namespaces.clone();
+        let dirty = caches.dirty.clone();
+        move |policy: NetworkPolicy| {
+            let triggered = baselines_for_policy(&policy, &baselines.state(), |name| {
+                namespaces
+                    .get(&ObjectRef::new(name))
+                    .map(|namespace| namespace.metadata.labels.clone().unwrap_or_default())
+            });
+            let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
+            for baseline in &triggered {
+                dirty.namespace(&baseline.name, namespace);
+            }
+            triggered
+        }
+    };
+    let api_door = settings.api_door.clone().map(|policy| {
+        crate::api_door::guard(client.clone(), state.clone(), policy, instance.clone())
+    });
+    let ctx = Arc::new(Context::new(
+        client,
+        caches,
+        settings,
+        state.clone(),
+        instance,
+    ));
+    let mut controller = Controller::for_stream(baseline_events, baselines.clone())
+        .watches_stream(namespace_events, for_namespace)
+        .watches_stream(policy_events, for_policy);
+    if let Some(dns) = dns {
+        // A change in the DNS namespace re-checks the doors of the baselines it serves.
+        let namespace = dns.caches.namespace.clone();
+        let for_dns = move || baselines_for_dns(&namespace, &baselines.state());
+        let (service, slice, pod) = (for_dns.clone(), for_dns.clone(), for_dns);
+        controller = controller
+            .watches_stream(dns.services, move |_| service())
+            .watches_stream(dns.slices, move |_| slice())
+            .watches_stream(dns.pods, move |_| pod());
+    }
+    let controller = controller
+        // Each watch backs off on its own; a shared pause would blind them all (retry.rs).
+        .trigger_backoff(NoTriggerBackoff)
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => debug!(baseline = %object.name, "reconciled"),
+                Err(error) => debug!(%error, "controller event"),
+            }
+        });
+    match api_door {
+        // The door's guard runs as long as the controller; it never ends on its own.
+        Some(guard) => {
+            tokio::select! {
+                () = controller => {}
+                () = guard => {}
+            }
+        }
+        None => controller.await,
+    }
+    state.health.set_caches_synced(false);
+}
