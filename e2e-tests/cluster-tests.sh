@@ -46,13 +46,7 @@ else
 fi
 
 nsb_say "running the cluster tests (serially: every reconciler acts on every baseline)"
-LOG="$(mktemp "${TMPDIR:-/tmp}/nsb-cluster-tests.XXXXXX.log")"
-set +e
-"$CARGO" test -p namespace-baseline-cluster-tests --locked -- --test-threads=1 --nocapture "$@" 2>&1 | tee "$LOG"
-rc=${PIPESTATUS[0]}
-set -e
-echo
-echo "== key figures (full output: $LOG)"
-grep -E '^FIGURE ' "$LOG" || echo "(none)"
-nsb_say "cluster tests finished with exit code $rc"
+rc=0
+nsb_run_tests "cluster tests" \
+  "$CARGO" test -p namespace-baseline-cluster-tests --locked -- --test-threads=1 --nocapture "$@" || rc=$?
 exit "$rc"

@@ -75,15 +75,8 @@ set +a
 export TEST_KUBECONFIG="$KUBECONFIG"
 
 nsb_say "running the node tests (serially, inside the node's network namespace)"
-LOG="$(mktemp "${TMPDIR:-/tmp}/nsb-node-tests.XXXXXX.log")"
-set +e
-nsenter --target "$NSB_NODE_HOLDER_PID" --net -- \
+rc=0
+nsb_run_tests "node tests" nsenter --target "$NSB_NODE_HOLDER_PID" --net -- \
   "$CARGO" test -p namespace-baseline-cluster-tests --features node --test node --locked --offline \
-  -- --test-threads=1 --nocapture "$@" 2>&1 | tee "$LOG"
-rc=${PIPESTATUS[0]}
-set -e
-echo
-echo "== key figures (full output: $LOG)"
-grep -E '^FIGURE ' "$LOG" || echo "(none)"
-nsb_say "node tests finished with exit code $rc"
+  -- --test-threads=1 --nocapture "$@" || rc=$?
 exit "$rc"

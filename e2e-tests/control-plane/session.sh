@@ -54,3 +54,20 @@ nsb_reconciler_bin() {
   [[ -x "$NSB_RECONCILER_BIN" ]] || { echo "!! reconciler binary not found at $NSB_RECONCILER_BIN" >&2; return 1; }
   export NSB_RECONCILER_BIN
 }
+
+# Runs a test command ("$@"), its output both shown and kept in a log, then lists the
+# FIGURE lines it printed; returns the command's exit code. $1 names the suite.
+nsb_run_tests() {
+  local suite="$1" log rc
+  shift
+  log="$(mktemp "${TMPDIR:-/tmp}/nsb-${suite// /-}.XXXXXX.log")"
+  set +e
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  echo
+  echo "== key figures (full output: $log)"
+  grep -E '^FIGURE ' "$log" || echo "(none)"
+  nsb_say "$suite finished with exit code $rc"
+  return "$rc"
+}

@@ -83,10 +83,10 @@ check "audit log has entries ($n_total total, $n_admin_create admin creates, $n_
 # restart only the apiserver; etcd keeps its data and PID
 old_pid=$NSB_APISERVER_PID
 t0=$(date +%s%3N)
-if "$HERE/restart-apiserver.sh" "$STATE_DIR"; then
-  ok "restart-apiserver.sh ($(( $(date +%s%3N) - t0 )) ms)"
+if "$HERE/restart.sh" "$STATE_DIR" kube-apiserver; then
+  ok "restart.sh kube-apiserver ($(( $(date +%s%3N) - t0 )) ms)"
 else
-  bad "restart-apiserver.sh"
+  bad "restart.sh kube-apiserver"
 fi
 set -a
 # shellcheck disable=SC1091

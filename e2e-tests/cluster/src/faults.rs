@@ -102,32 +102,33 @@ pub fn restartable_state_dir() -> Option<PathBuf> {
     );
 }
 
-/// Runs `e2e-tests/control-plane/restart-apiserver.sh` on `state_dir` (same port and flags,
-/// etcd untouched) without blocking the test's runtime; returns how long it took.
+/// Restarts the API server of the control plane in `state_dir` (same port and flags, etcd
+/// untouched) without blocking the test's runtime; returns how long it took.
 pub async fn restart_apiserver(state_dir: PathBuf) -> Result<Duration> {
-    restart("restart-apiserver.sh", state_dir).await
+    restart("kube-apiserver", state_dir).await
 }
 
-/// Runs `e2e-tests/control-plane/restart-etcd.sh` on `state_dir` (same ports and data, the
-/// API server untouched, then ready again); returns how long it took.
+/// Restarts etcd (same ports and data, the API server untouched, then ready again); returns
+/// how long it took.
 pub async fn restart_etcd(state_dir: PathBuf) -> Result<Duration> {
-    restart("restart-etcd.sh", state_dir).await
+    restart("etcd", state_dir).await
 }
 
-async fn restart(script: &str, state_dir: PathBuf) -> Result<Duration> {
-    let name = script.to_owned();
-    let script = repo_root().join("e2e-tests/control-plane").join(script);
+/// Runs `e2e-tests/control-plane/restart.sh STATE_DIR COMPONENT`.
+async fn restart(component: &'static str, state_dir: PathBuf) -> Result<Duration> {
+    let script = repo_root().join("e2e-tests/control-plane/restart.sh");
     let started = Instant::now();
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(&script)
             .arg(&state_dir)
+            .arg(component)
             .output()
             .with_context(|| format!("running {}", script.display()))
     })
     .await??;
     ensure!(
         output.status.success(),
-        "{name} failed ({}): {}",
+        "restart.sh {component} failed ({}): {}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );

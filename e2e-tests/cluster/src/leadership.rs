@@ -15,7 +15,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use anyhow::{Context as _, Result, bail};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
+use kube::Api;
 
 use crate::AuditEvent;
 
@@ -208,6 +210,18 @@ pub fn overlaps(terms: &[Term], writes: &[Request]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Who holds the Lease `name` now; `None` when it is absent, released or unreadable.
+pub async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+    leases
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|lease| lease.spec)
+        .and_then(|spec| spec.holder_identity)
+        .filter(|holder| !holder.is_empty())
 }
 
 #[cfg(test)]

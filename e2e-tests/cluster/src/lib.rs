@@ -327,6 +327,15 @@ impl Cluster {
         Api::all(self.admin.clone())
     }
 
+    /// The baseline's status as the API server has it now.
+    pub async fn status(&self, baseline: &str) -> Result<NamespaceBaselineStatus> {
+        self.baselines()
+            .get(baseline)
+            .await?
+            .status
+            .with_context(|| format!("NamespaceBaseline {baseline} has no status"))
+    }
+
     /// A kubeconfig holding a fresh TokenRequest token of the reconciler's ServiceAccount.
     pub async fn reconciler_kubeconfig(&self) -> Result<PathBuf> {
         self.reconciler_kubeconfig_at(None, "reconciler").await

@@ -47,18 +47,26 @@ fn answered_ok(event: &AuditEvent) -> Option<Timestamp> {
 /// The repairs of the policies named in `managed` (by name) that users other than
 /// `reconciler` deleted or patched; and how many such changes got no repair of their own
 /// (overwritten by a later change, or not repaired).
-pub fn repairs(events: &[AuditEvent], reconciler: &str, managed: &[String]) -> (Vec<Repair>, usize) {
+pub fn repairs(
+    events: &[AuditEvent],
+    reconciler: &str,
+    managed: &[String],
+) -> (Vec<Repair>, usize) {
     let mut fixes: BTreeMap<(String, String), Vec<Timestamp>> = BTreeMap::new();
-    for event in events.iter().filter(|e| e.user.username == reconciler && e.verb == "patch") {
+    for event in events
+        .iter()
+        .filter(|e| e.user.username == reconciler && e.verb == "patch")
+    {
         if let Some(at) = answered_ok(event) {
             fixes.entry(object(event)).or_default().push(at);
         }
     }
     let mut found = Vec::new();
     let mut unmatched = 0;
-    for event in events.iter().filter(|e| {
-        e.user.username != reconciler && matches!(e.verb.as_str(), "delete" | "patch")
-    }) {
+    for event in events
+        .iter()
+        .filter(|e| e.user.username != reconciler && matches!(e.verb.as_str(), "delete" | "patch"))
+    {
         let Some(changed) = answered_ok(event) else {
             continue;
         };
@@ -99,16 +107,64 @@ mod tests {
     fn each_change_is_matched_with_the_first_repair_after_it() {
         let managed = vec!["nsb-g-default-deny".to_owned()];
         let events = [
-            event("admin", "delete", "nsb-g-default-deny", 200, "2026-12-03T10:00:00.000Z"),
-            event("sa", "patch", "nsb-g-default-deny", 500, "2026-12-03T10:00:00.010Z"),
-            event("sa", "patch", "nsb-g-default-deny", 201, "2026-12-03T10:00:00.040Z"),
-            event("admin", "patch", "nsb-g-default-deny", 200, "2026-12-03T10:00:01.000Z"),
-            event("sa", "patch", "nsb-g-default-deny", 200, "2026-12-03T10:00:01.025Z"),
+            event(
+                "admin",
+                "delete",
+                "nsb-g-default-deny",
+                200,
+                "2026-12-03T10:00:00.000Z",
+            ),
+            event(
+                "sa",
+                "patch",
+                "nsb-g-default-deny",
+                500,
+                "2026-12-03T10:00:00.010Z",
+            ),
+            event(
+                "sa",
+                "patch",
+                "nsb-g-default-deny",
+                201,
+                "2026-12-03T10:00:00.040Z",
+            ),
+            event(
+                "admin",
+                "patch",
+                "nsb-g-default-deny",
+                200,
+                "2026-12-03T10:00:01.000Z",
+            ),
+            event(
+                "sa",
+                "patch",
+                "nsb-g-default-deny",
+                200,
+                "2026-12-03T10:00:01.025Z",
+            ),
             // Not a managed policy; a refused change changed nothing.
-            event("admin", "delete", "team-policy", 200, "2026-12-03T10:00:02.000Z"),
-            event("admin", "delete", "nsb-g-default-deny", 404, "2026-12-03T10:00:03.000Z"),
+            event(
+                "admin",
+                "delete",
+                "team-policy",
+                200,
+                "2026-12-03T10:00:02.000Z",
+            ),
+            event(
+                "admin",
+                "delete",
+                "nsb-g-default-deny",
+                404,
+                "2026-12-03T10:00:03.000Z",
+            ),
             // Never repaired.
-            event("admin", "delete", "nsb-g-default-deny", 200, "2026-12-03T10:00:04.000Z"),
+            event(
+                "admin",
+                "delete",
+                "nsb-g-default-deny",
+                200,
+                "2026-12-03T10:00:04.000Z",
+            ),
         ];
         let (found, unmatched) = repairs(&events, "sa", &managed);
         let latencies: Vec<u128> = found.iter().map(|r| r.latency().as_millis()).collect();

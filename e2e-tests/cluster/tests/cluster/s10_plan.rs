@@ -20,7 +20,8 @@ use namespace_baseline_core::wall::desired_wall;
 use serde_json::{Value, json};
 
 use crate::common::{
-    SINGLE, assert_rbac_was_enough, check_wall, create_baseline, figure, settle, start, wait_ready,
+    SINGLE, assert_rbac_was_enough, check_wall, create_baseline, figure, settle, spec, start,
+    wait_ready,
 };
 
 /// One predicted or observed write: (namespace, policy, create|update|delete).
@@ -187,7 +188,7 @@ async fn s10_plan_predicts_exactly_the_writes_of_run() {
     narrowed["spec"]["podSelector"] = json!({"matchLabels": {"app": "web"}});
     cluster.apply(&narrowed).await.unwrap();
 
-    create_baseline(&cluster, &seed, json!({"namespaceLabel": names.selector()})).await;
+    create_baseline(&cluster, &seed, spec(&names)).await;
     create_baseline(&cluster, &strict, strict_json).await;
     create_baseline(&cluster, &audit, audit_json).await;
     let ours = [seed.as_str(), strict.as_str(), audit.as_str()];

@@ -21,7 +21,7 @@ use namespace_baseline_cluster_tests::{
 use serde_json::json;
 
 use crate::common::{
-    SINGLE, assert_rbac_was_enough, create_baseline, figure, namespaces, patch_spec, start,
+    SINGLE, assert_rbac_was_enough, create_baseline, figure, namespaces, patch_spec, spec, start,
     wait_wall,
 };
 
@@ -152,17 +152,7 @@ async fn s11_dns_door_checked_against_the_endpoints() {
         message.contains("listen on TCP 5353, UDP 5353 but the door opens UDP 53, TCP 53"),
         "{message}"
     );
-    let (ready, _, _) = condition(
-        &cluster
-            .baselines()
-            .get(&baseline)
-            .await
-            .unwrap()
-            .status
-            .unwrap(),
-        "Ready",
-    )
-    .unwrap();
+    let (ready, _, _) = condition(&cluster.status(&baseline).await.unwrap(), "Ready").unwrap();
     assert_eq!(ready, "True", "a report, never a block");
     let (notes, _) = wait_until("a DNSUnreachable Event", Duration::from_secs(5), || async {
         Ok(Some(events(&cluster, &baseline, "DNSUnreachable").await)
@@ -224,12 +214,7 @@ async fn s11_a_hole_opened_and_closed() {
     let (walled, _) = namespaces(&names, 2, 0).await;
     let reconciler = cluster.start_reconciler(&names.name, SINGLE).await.unwrap();
     let baseline = names.name.clone();
-    create_baseline(
-        &cluster,
-        &baseline,
-        json!({"namespaceLabel": names.selector()}),
-    )
-    .await;
+    create_baseline(&cluster, &baseline, spec(&names)).await;
     wait_condition(&cluster, &baseline, "Sealed", "True", Some("NoBreach")).await;
     let holes = |reconciler: &namespace_baseline_cluster_tests::Reconciler| {
         reconciler
@@ -257,13 +242,7 @@ async fn s11_a_hole_opened_and_closed() {
             walled[0]
         )
     );
-    let status = cluster
-        .baselines()
-        .get(&baseline)
-        .await
-        .unwrap()
-        .status
-        .unwrap();
+    let status = cluster.status(&baseline).await.unwrap();
     assert_eq!(status.holes.as_ref().unwrap()["World"], 1);
     let (notes, _) = wait_until("a HoleOpened Event", Duration::from_secs(5), || async {
         Ok(Some(events(&cluster, &baseline, "HoleOpened").await).filter(|notes| !notes.is_empty()))
@@ -283,13 +262,7 @@ async fn s11_a_hole_opened_and_closed() {
         .await
         .unwrap();
     wait_condition(&cluster, &baseline, "Sealed", "True", Some("NoBreach")).await;
-    let status = cluster
-        .baselines()
-        .get(&baseline)
-        .await
-        .unwrap()
-        .status
-        .unwrap();
+    let status = cluster.status(&baseline).await.unwrap();
     assert_eq!(status.holes.as_ref().unwrap()["World"], 0);
     assert_eq!(holes(&reconciler), 0.0);
     figure(
@@ -305,12 +278,7 @@ async fn s11_deletions_are_counted_as_drift_repairs() {
     let (walled, _) = namespaces(&names, 1, 0).await;
     let reconciler = cluster.start_reconciler(&names.name, SINGLE).await.unwrap();
     let baseline = names.name.clone();
-    create_baseline(
-        &cluster,
-        &baseline,
-        json!({"namespaceLabel": names.selector()}),
-    )
-    .await;
+    create_baseline(&cluster, &baseline, spec(&names)).await;
     wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(10)).await;
     let repairs = || {
         reconciler
@@ -341,13 +309,7 @@ async fn s11_deletions_are_counted_as_drift_repairs() {
         .unwrap();
     }
     assert_eq!(repairs(), 3.0);
-    let status = cluster
-        .baselines()
-        .get(&baseline)
-        .await
-        .unwrap()
-        .status
-        .unwrap();
+    let status = cluster.status(&baseline).await.unwrap();
     assert_eq!(status.drift_repairs, Some(3));
     let notes = events(&cluster, &baseline, "DriftRepaired").await;
     let expected = format!("{}/{deny} (deleted)", walled[0]);

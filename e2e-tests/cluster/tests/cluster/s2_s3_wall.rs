@@ -55,13 +55,7 @@ async fn s2_a_baseline_walls_every_matching_namespace() {
             installing.namespaces, installing.objects_applied, installing.observed_generation
         ),
     );
-    let final_status = cluster
-        .baselines()
-        .get(&baseline)
-        .await
-        .unwrap()
-        .status
-        .unwrap();
+    let final_status = cluster.status(&baseline).await.unwrap();
     figure(
         "s2",
         format!(

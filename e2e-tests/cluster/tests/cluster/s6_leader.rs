@@ -8,6 +8,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::DeleteParams;
+use namespace_baseline_cluster_tests::leadership::lease_holder;
 use namespace_baseline_cluster_tests::{
     Reconciler, deny_all_policy_name, expected_deny_all_spec, get_policy, reconciler_username,
     spec_json, tally, wait_until,
@@ -34,17 +35,6 @@ fn leading(reconciler: &Reconciler) -> f64 {
     reconciler.metric("namespace_baseline_leader").unwrap()
 }
 
-async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
-    leases
-        .get_opt(name)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|lease| lease.spec)
-        .and_then(|spec| spec.holder_identity)
-        .filter(|holder| !holder.is_empty())
-}
-
 #[tokio::test]
 async fn s6_only_the_leader_writes_and_the_standby_takes_over() {
     let (cluster, names, mark) = start("s6").await;
@@ -62,7 +52,7 @@ async fn s6_only_the_leader_writes_and_the_standby_takes_over() {
     let mut b = cluster.start_reconciler(&b_name, &args).await.unwrap();
     let leases: Api<Lease> = Api::namespaced(cluster.admin.clone(), RECONCILER_NAMESPACE);
     let (first_holder, _) = wait_until("a lease holder", Duration::from_secs(20), || async {
-        Ok(holder(&leases, &lease_name).await)
+        Ok(lease_holder(&leases, &lease_name).await)
     })
     .await
     .unwrap();
@@ -124,7 +114,7 @@ async fn s6_only_the_leader_writes_and_the_standby_takes_over() {
     }
     assert_eq!(leading(standby), 0.0);
     assert_eq!(
-        holder(&leases, &lease_name).await.as_deref(),
+        lease_holder(&leases, &lease_name).await.as_deref(),
         Some(first_holder.as_str())
     );
 
@@ -151,7 +141,7 @@ async fn s6_only_the_leader_writes_and_the_standby_takes_over() {
     )
     .await
     .unwrap_or_else(|error| panic!("{error:#}\n{}", standby.log_tail(40)));
-    let new_holder = holder(&leases, &lease_name).await;
+    let new_holder = lease_holder(&leases, &lease_name).await;
     let since_kill = killed.elapsed();
     figure(
         "s6",

@@ -2,7 +2,7 @@
 //! itself. First a partition (the proxy between them cuts every connection and refuses new
 //! ones for 10 s) while the wall is broken behind its back: once the partition heals, it
 //! repairs everything that drifted. Then a real restart of the API server
-//! (`restart-apiserver.sh`, same etcd): its next drift repair works.
+//! (`restart.sh kube-apiserver`, same etcd): its next drift repair works.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -188,7 +188,7 @@ async fn s9_apiserver_partition_and_restart_are_survived() {
     figure(
         "s9-apiserver",
         format!(
-            "restart-apiserver.sh took {restart_took:.1?}; a deny-all deleted {:.2?} after it came back was recreated in {back_in:.2?} (/readyz now {ready:?})",
+            "restart.sh kube-apiserver took {restart_took:.1?}; a deny-all deleted {:.2?} after it came back was recreated in {back_in:.2?} (/readyz now {ready:?})",
             deleted.duration_since(restarted)
         ),
     );

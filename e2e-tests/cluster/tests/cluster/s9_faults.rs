@@ -18,7 +18,7 @@ use namespace_baseline_cluster_tests::{
 use serde_json::json;
 
 use crate::common::{
-    assert_rbac_was_enough, create_baseline, figure, namespaces, patch_spec, settle, start,
+    assert_rbac_was_enough, create_baseline, figure, namespaces, patch_spec, settle, spec, start,
 };
 use crate::s9_common::{
     Rng, Wall, assert_writes_only_walls, check_exact, reconciler_requests, wait_exact,
@@ -102,12 +102,7 @@ async fn s9_faults_thirty_percent_api_faults_lose_nothing() {
         )
         .await
         .unwrap();
-    create_baseline(
-        &cluster,
-        &baseline_a,
-        json!({"namespaceLabel": names.selector()}),
-    )
-    .await;
+    create_baseline(&cluster, &baseline_a, spec(&names)).await;
     create_baseline(
         &cluster,
         &baseline_b,

@@ -14,9 +14,8 @@ use kube::runtime::watcher;
 use namespace_baseline_cluster_tests::faults::{policy_writes, writes_by_object};
 use namespace_baseline_cluster_tests::wait_until;
 use namespace_baseline_core::identity;
-use serde_json::json;
 
-use crate::common::{SINGLE, assert_rbac_was_enough, create_baseline, figure, settle, start};
+use crate::common::{SINGLE, assert_rbac_was_enough, create_baseline, figure, settle, spec, start};
 use crate::s9_common::{
     Wall, assert_writes_only_walls, check_exact, reconciler_requests, wait_exact, wait_status_right,
 };
@@ -66,12 +65,7 @@ async fn s9_kill_sigkill_while_walling_a_thousand_namespaces() {
     let mut first = cluster.start_reconciler("s9-kill-1", SINGLE).await.unwrap();
     let install_mark = cluster.audit.mark();
     let started = Instant::now();
-    create_baseline(
-        &cluster,
-        &baseline,
-        json!({"namespaceLabel": names.selector()}),
-    )
-    .await;
+    create_baseline(&cluster, &baseline, spec(&names)).await;
     wait_until(
         &format!("{KILL_AT} policies to exist"),
         Duration::from_secs(120),

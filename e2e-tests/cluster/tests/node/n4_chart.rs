@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
+use namespace_baseline_cluster_tests::leadership::lease_holder;
 use namespace_baseline_cluster_tests::{deny_all_policy_name, repo_root, wait_until, wall_of};
 use namespace_baseline_core::identity::RECONCILER_NAMESPACE;
 
@@ -73,17 +74,6 @@ impl Drop for Release {
             eprintln!("!! helm uninstall {RELEASE} failed: {text}");
         }
     }
-}
-
-async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
-    leases
-        .get_opt(LEASE)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|lease| lease.spec)
-        .and_then(|spec| spec.holder_identity)
-        .filter(|holder| !holder.is_empty())
 }
 
 /// The reconciler pods, Ready ones only when `ready`.
@@ -159,14 +149,23 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
     // --- install, as a user would --------------------------------------------------------
     // The API door for this cluster, printed by the reconciler from the EndpointSlices of
     // default/kubernetes (README: "Install in a cluster").
-    let door_values = std::env::temp_dir().join(format!("nsb-node-api-door-{}.yaml", std::process::id()));
-    let binary = std::env::var("NSB_RECONCILER_BIN").expect("NSB_RECONCILER_BIN: the reconciler binary");
+    let door_values =
+        std::env::temp_dir().join(format!("nsb-node-api-door-{}.yaml", std::process::id()));
+    let binary =
+        std::env::var("NSB_RECONCILER_BIN").expect("NSB_RECONCILER_BIN: the reconciler binary");
     let printed = Command::new(&binary)
         .args(["api-door", "-o", "values"])
-        .env("KUBECONFIG", std::env::var("TEST_KUBECONFIG").expect("TEST_KUBECONFIG"))
+        .env(
+            "KUBECONFIG",
+            std::env::var("TEST_KUBECONFIG").expect("TEST_KUBECONFIG"),
+        )
         .output()
         .expect("running api-door");
-    assert!(printed.status.success(), "api-door failed: {}", String::from_utf8_lossy(&printed.stderr));
+    assert!(
+        printed.status.success(),
+        "api-door failed: {}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
     let door_text = String::from_utf8(printed.stdout).unwrap();
     std::fs::write(&door_values, &door_text).unwrap();
     eprintln!("FIGURE n4: the API door of the test node, as `api-door` prints it:\n{door_text}");
@@ -216,7 +215,7 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
     .unwrap_or_else(|error| panic!("{error:#}"));
     let (leader, _) = wait_until("a lease holder", Duration::from_secs(60), || {
         let leases = leases.clone();
-        async move { Ok(lease_holder(&leases).await) }
+        async move { Ok(lease_holder(&leases, LEASE).await) }
     })
     .await
     .unwrap();
@@ -369,7 +368,7 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
             let leases = leases.clone();
             let leader = leader.clone();
             async move {
-                Ok(lease_holder(&leases)
+                Ok(lease_holder(&leases, LEASE)
                     .await
                     .filter(|holder| *holder != leader))
             }

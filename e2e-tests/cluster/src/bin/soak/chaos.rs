@@ -16,6 +16,7 @@ use kube::{Api, ResourceExt};
 use namespace_baseline_cluster_tests::faults::{
     FaultProxy, ProxyCa, Upstream, endpoint, restart_apiserver, restart_etcd,
 };
+use namespace_baseline_cluster_tests::leadership::lease_holder;
 use namespace_baseline_cluster_tests::{
     Cluster, Endpoint, Reconciler, Scenario, check_policy, condition, deny_all_policy_name,
     dns_policy_name, expected_deny_all_spec, expected_dns_spec,
@@ -268,13 +269,7 @@ impl<'c> Chaos<'c> {
 
     async fn holder(&self) -> Option<String> {
         let leases: Api<Lease> = Api::namespaced(self.cluster.admin.clone(), RECONCILER_NAMESPACE);
-        leases
-            .get_opt(&self.lease)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|lease| lease.spec)
-            .and_then(|spec| spec.holder_identity)
+        lease_holder(&leases, &self.lease).await
     }
 
     async fn kill_leader(&mut self) -> Result<bool> {
@@ -521,7 +516,7 @@ impl<'c> Chaos<'c> {
 
     /// The Lease's holder now (after [`Self::finish`]: `None` when released).
     pub async fn final_holder(&self) -> Option<String> {
-        self.holder().await.filter(|holder| !holder.is_empty())
+        self.holder().await
     }
 }
 

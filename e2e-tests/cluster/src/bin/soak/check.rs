@@ -160,8 +160,15 @@ fn repairs(
         namespace_baseline_cluster_tests::deny_all_policy_name(&chaos.baseline),
         namespace_baseline_cluster_tests::dns_policy_name(&chaos.baseline),
     ];
-    let (found, unmatched) = namespace_baseline_cluster_tests::repairs::repairs(events, reconciler, &managed);
-    (found.into_iter().map(|repair| (repair.changed, repair.repaired)).collect(), unmatched)
+    let (found, unmatched) =
+        namespace_baseline_cluster_tests::repairs::repairs(events, reconciler, &managed);
+    (
+        found
+            .into_iter()
+            .map(|repair| (repair.changed, repair.repaired))
+            .collect(),
+        unmatched,
+    )
 }
 
 impl Verdict {
