@@ -7,15 +7,18 @@
 //!    watch and the status says Ready for N namespaces; the reconciler's requests by verb
 //!    (audit log); repeated (`--reps`, the walls of the previous baseline removed between);
 //! 2. memory: the reconciler's VmRSS / VmHWM once converged;
-//! 3. steady state: requests over two resync intervals;
+//! 3. steady state: requests over two resync intervals; with `--rest S`, the RSS again after
+//!    S seconds idle;
 //! 4. drift repair: delete a managed policy (`--samples` times, spread over namespaces), time
 //!    until a watch sees it again;
 //! 5. startup: restart the process on the converged cluster, time to /readyz and to the first
 //!    reconcile, and the writes it makes;
-//! 6. new namespace: label a namespace, time until both wall objects are seen.
+//! 6. new namespace: label a namespace, time until both wall objects are seen;
+//! 7. the floor: the same 2N server-side applies by a plain client at several concurrencies,
+//!    against the convergence time.
 //!
 //! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50]
-//! [--startups 3] [--resync 5] [--create-concurrency 32] [--out FILE]
+//! [--startups 3] [--resync 5] [--rest 0] [--create-concurrency 32] [--out FILE]
 //! [-- reconciler args...]`. Needs TEST_KUBECONFIG and NSB_RECONCILER_BIN; NSB_AUDIT_LOG for
 //! request counts; NSB_APISERVER_PID / NSB_ETCD_PID (the control plane's env) for CPU time.
 //! `e2e-tests/cluster-bench.sh` builds, starts a fresh control plane per size and runs it.
@@ -63,6 +66,8 @@ struct Options {
     samples: usize,
     startups: usize,
     resync_secs: u64,
+    /// Seconds the converged reconciler idles before its RSS is read again (0: not).
+    rest_secs: u64,
     create_concurrency: usize,
     out: Option<PathBuf>,
     reconciler_args: Vec<String>,
@@ -76,6 +81,7 @@ impl Options {
             samples: 50,
             startups: 3,
             resync_secs: 5,
+            rest_secs: 0,
             create_concurrency: 32,
             out: None,
             reconciler_args: Vec::new(),
@@ -100,6 +106,7 @@ impl Options {
                 "--samples" => options.samples = value()?.parse()?,
                 "--startups" => options.startups = value()?.parse()?,
                 "--resync" => options.resync_secs = value()?.parse()?,
+                "--rest" => options.rest_secs = value()?.parse()?,
                 "--create-concurrency" => options.create_concurrency = value()?.parse()?,
                 "--out" => options.out = Some(value()?.into()),
                 "--" => {
@@ -393,6 +400,19 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         ),
     });
 
+    // Memory once the caches have lived a while: what a quiet cluster's reconciler holds.
+    if options.rest_secs > 0 {
+        tokio::time::sleep(Duration::from_secs(options.rest_secs)).await;
+        rows.push(memory_row(
+            &format!(
+                "memory: reconciler RSS after {} s at rest",
+                options.rest_secs
+            ),
+            n,
+            reconciler.memory()?,
+        ));
+    }
+
     // 3. Drift repair.
     let mark = cluster.audit.mark();
     let cpu = CpuMeter::start(reconciler.pid());
@@ -627,23 +647,26 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
     Ok(rows)
 }
 
+/// The RSS goal at `n` namespaces (MiB), where there is one.
+fn memory_goal(n: usize) -> Option<f64> {
+    match n {
+        20_000.. => Some(64.0),
+        LARGE_SIZE.. => Some(32.0),
+        _ => None,
+    }
+}
+
 fn memory_row(what: &str, n: usize, memory: Memory) -> Row {
-    let target = n >= LARGE_SIZE;
+    let goal = memory_goal(n);
     Row {
         what: what.to_owned(),
         size: n,
         median: format!("{:.1} MiB", mib(memory.rss_kib)),
         spread: format!("HWM {:.1} MiB", mib(memory.hwm_kib)),
-        target: if target {
-            "≤ 64 MiB".to_owned()
-        } else {
-            "-".to_owned()
-        },
-        verdict: if target {
-            Verdict::of(mib(memory.rss_kib) <= 64.0)
-        } else {
-            Verdict::Info
-        },
+        target: goal.map_or_else(|| "-".to_owned(), |goal| format!("≤ {goal} MiB")),
+        verdict: goal.map_or(Verdict::Info, |goal| {
+            Verdict::of(mib(memory.rss_kib) <= goal)
+        }),
         detail: memory.describe(),
     }
 }
