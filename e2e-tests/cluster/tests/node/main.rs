@@ -19,6 +19,7 @@ mod n2_dns;
 mod n3_drift;
 mod n4_chart;
 mod n5_delete;
+mod n6_holes;
 mod pods;
 
 use std::time::{Duration, Instant};
@@ -138,6 +139,25 @@ impl Bed {
             || walled.probe(&node, &["tcp", &open.server(), "300"]),
         )
         .await;
+        if allow_dns {
+            // The deny-all and the DNS door are two policies, enforced one after the other:
+            // the bed is ready when the door is open on the wire too.
+            let kube_dns = node.kube_dns();
+            wait_wire(
+                "the DNS door on the wire",
+                Duration::from_secs(20),
+                false,
+                || {
+                    walled.dns(
+                        &node,
+                        "udp",
+                        &kube_dns,
+                        "kubernetes.default.svc.cluster.local",
+                    )
+                },
+            )
+            .await;
+        }
         Self {
             cluster,
             names,
