@@ -10,7 +10,7 @@
 # What and why:
 #   apt   bats (e2e-tests/kwctl.bats), jq (control-plane scripts, kwctl.bats), openssl and
 #         curl (control-plane certificates, readiness), chromium + chromium-driver (the
-#         playground's browser test); then the groups of e2e-tests/install-deps.sh (image:
+#         playground's browser test), binaryen (wasm-opt: `make policy.wasm`); then the groups of e2e-tests/install-deps.sh (image:
 #         musl-tools, podman, runc, python3-yaml; workflows: shellcheck) and
 #         e2e-tests/node/install-deps.sh (containerd, runc, CNI plugins, ...) for the image,
 #         registry, workflow and node tests.
@@ -30,7 +30,7 @@ check_only=0
 say() { echo ">> setup: $*" >&2; }
 problems=()
 
-APT_PACKAGES=(bats jq openssl curl chromium chromium-driver)
+APT_PACKAGES=(bats jq openssl curl chromium chromium-driver binaryen)
 
 # How to run apt-get: as root, through passwordless sudo, or not at all.
 if [[ $(id -u) == 0 ]]; then

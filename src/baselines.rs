@@ -1,56 +1,101 @@
 //! What the policy reads through the policy-server's host capabilities
 //! (`contextAwareResources` in metadata.yml): the live NamespaceBaselines when the policy runs
-//! context-aware, and a Namespace's labels for the holes check.
+//! context-aware, and a Namespace's labels for the holes check. The answers are handed to the
+//! core as the JSON text the host returned; the core reads only the fields the rules use,
+//! borrowing the text.
 
-use std::collections::BTreeSet;
-
-use kubewarden_policy_sdk::host_capabilities::kubernetes::{
-    GetResourceRequest, ListAllResourcesRequest, list_all_resources,
-};
 use kubewarden_policy_sdk::wapc_guest::host_call;
-use namespace_baseline_core::admission::{BaselineSource, LiveBaseline, ObjectView};
+use namespace_baseline_core::admission::HostCapabilities;
 
-/// The fields of a Namespace the holes check reads.
-pub const NAMESPACE_FIELD_MASKS: [&str; 2] = ["metadata.name", "metadata.labels"];
+/// The SDK's `ListAllResourcesRequest` for every NamespaceBaseline, pruned by the host to
+/// the fields the rules read (name, namespaceLabel, mode) before it crosses into wasm: the same for every request, so
+/// written once (a test checks it is what the SDK writes).
+pub const LIST_BASELINES_REQUEST: &str = r#"{"api_version":"hedronite.io/v1alpha1","kind":"NamespaceBaseline","label_selector":null,"field_selector":null,"field_masks":["metadata.name","spec.mode","spec.namespaceLabel"]}"#;
+
+/// The SDK's `GetResourceRequest` for the Namespace `name`, as the SDK writes it (a test
+/// checks it).
+pub fn get_namespace_request(name: &str) -> Result<Vec<u8>, serde_json::Error> {
+    let mut out = Vec::with_capacity(160 + name.len());
+    out.extend_from_slice(br#"{"api_version":"v1","kind":"Namespace","name":"#);
+    serde_json::to_writer(&mut out, name)?;
+    // The policy-server's 5-second cache: a label added a moment ago may be missed, which
+    // the reconciler's holes report makes up for.
+    out.extend_from_slice(
+        br#","namespace":null,"disable_cache":false,"field_masks":["metadata.labels","metadata.name"]}"#,
+    );
+    Ok(out)
+}
 
 /// Reads the cluster through the policy-server.
 pub struct ClusterBaselines;
 
-impl BaselineSource for ClusterBaselines {
-    fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
+impl HostCapabilities for ClusterBaselines {
+    fn list_baselines(&self) -> Result<Vec<u8>, String> {
+        host_call(
+            "kubewarden",
+            "kubernetes",
+            "list_resources_all",
+            LIST_BASELINES_REQUEST.as_bytes(),
+        )
+        // As the SDK's `list_all_resources` says it.
+        .map_err(|error| {
+            format!("error invoking host capability kubernetes.list_resources_all: {error}")
+        })
+    }
+
+    fn get_namespace(&self, name: &str) -> Result<Vec<u8>, String> {
+        let payload = get_namespace_request(name).map_err(|error| error.to_string())?;
+        host_call("kubewarden", "kubernetes", "get_resource", &payload)
+            .map_err(|error| error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use kubewarden_policy_sdk::host_capabilities::kubernetes::{
+        GetResourceRequest, ListAllResourcesRequest,
+    };
+
+    use super::*;
+
+    /// The fields of a Namespace the holes check reads.
+    const NAMESPACE_FIELD_MASKS: [&str; 2] = ["metadata.labels", "metadata.name"];
+
+    /// The fields of a NamespaceBaseline the rules read.
+    const BASELINE_FIELD_MASKS: [&str; 3] = ["metadata.name", "spec.mode", "spec.namespaceLabel"];
+
+    #[test]
+    fn the_list_request_is_the_sdks() {
         let request = ListAllResourcesRequest {
             api_version: "hedronite.io/v1alpha1".to_owned(),
             kind: "NamespaceBaseline".to_owned(),
             label_selector: None,
             field_selector: None,
-            // Only what the rules read: the host prunes the rest before it crosses into wasm.
-            field_masks: Some(BTreeSet::from(
-                ["metadata.name", "spec.namespaceLabel", "spec.mode"].map(str::to_owned),
-            )),
+            field_masks: Some(BTreeSet::from(BASELINE_FIELD_MASKS.map(str::to_owned))),
         };
-        list_all_resources::<LiveBaseline>(&request)
-            .map(|list| list.items)
-            .map_err(|error| error.to_string())
+        assert_eq!(
+            serde_json::to_string(&request).unwrap(),
+            LIST_BASELINES_REQUEST
+        );
     }
 
-    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
-        let request = GetResourceRequest {
-            api_version: "v1".to_owned(),
-            kind: "Namespace".to_owned(),
-            name: name.to_owned(),
-            namespace: None,
-            // The policy-server's 5-second cache: a label added a moment ago may be missed,
-            // which the reconciler's holes report makes up for.
-            disable_cache: false,
-            field_masks: Some(BTreeSet::from(NAMESPACE_FIELD_MASKS.map(str::to_owned))),
-        };
-        // The SDK's `get_resource`, but read with `from_str` like the request: its
-        // `from_slice` would add a second copy of the object reader to the module (6 KB).
-        let payload = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
-        let answer = host_call("kubewarden", "kubernetes", "get_resource", &payload)
-            .map_err(|error| error.to_string())?;
-        std::str::from_utf8(&answer)
-            .map_err(|error| error.to_string())
-            .and_then(|text| serde_json::from_str(text).map_err(|error| error.to_string()))
+    #[test]
+    fn the_namespace_request_is_the_sdks() {
+        for name in ["team-a", "a\"b\\c", ""] {
+            let request = GetResourceRequest {
+                api_version: "v1".to_owned(),
+                kind: "Namespace".to_owned(),
+                name: name.to_owned(),
+                namespace: None,
+                disable_cache: false,
+                field_masks: Some(BTreeSet::from(NAMESPACE_FIELD_MASKS.map(str::to_owned))),
+            };
+            assert_eq!(
+                get_namespace_request(name).unwrap(),
+                serde_json::to_vec(&request).unwrap()
+            );
+        }
     }
 }

@@ -249,3 +249,71 @@ fn warnings_go_out_in_an_accepting_response() {
     assert_eq!(response["message"], Value::Null);
     assert_eq!(response["mutated_object"], Value::Null);
 }
+
+#[test]
+fn responses_are_written_as_the_sdk_writes_them() {
+    use kubewarden_policy_sdk::response::ValidationResponse;
+    use kubewarden_policy_sdk::{accept_request, reject_request};
+
+    assert_eq!(
+        super::respond(true, None, None).unwrap(),
+        accept_request().unwrap()
+    );
+    let message = "NetworkPolicy \"a\" is part of the network wall: \"quoted\" \\ and ünïcode";
+    assert_eq!(
+        super::respond(false, Some(message), None).unwrap(),
+        reject_request(Some(message.to_owned()), Some(403), None, None).unwrap()
+    );
+    let warnings = vec!["first".to_owned(), "second \"one\"".to_owned()];
+    let sdk = serde_json::to_vec(&ValidationResponse {
+        accepted: true,
+        message: None,
+        code: None,
+        mutated_object: None,
+        audit_annotations: None,
+        warnings: Some(warnings.clone()),
+    })
+    .unwrap();
+    assert_eq!(super::respond(true, None, Some(&warnings)).unwrap(), sdk);
+}
+
+/// The policy's own reader of host answers ([`admission::evaluate_in_host`]) reaches the
+/// verdicts the typed source does, on the same cluster.
+#[rstest]
+#[case::live_baseline_guards(&[("guarded", "baseline=guarded")], false)]
+#[case::no_live_baseline(&[], true)]
+#[case::invalid_live_label_guards_nothing(&[("broken", "baseline!=open")], true)]
+fn host_answers_read_as_the_typed_source(
+    #[case] baselines: &[(&str, &str)],
+    #[case] allowed: bool,
+) {
+    struct Answers(Vec<u8>);
+    impl namespace_baseline_core::admission::HostCapabilities for Answers {
+        fn list_baselines(&self) -> Result<Vec<u8>, String> {
+            Ok(self.0.clone())
+        }
+        fn get_namespace(&self, name: &str) -> Result<Vec<u8>, String> {
+            Err(format!("namespaces {name:?} not found"))
+        }
+    }
+    let items: Vec<Value> = baselines
+        .iter()
+        .map(|(name, label)| json!({"metadata": {"name": name}, "spec": {"namespaceLabel": label}}))
+        .collect();
+    let list = json!({"apiVersion": "hedronite.io/v1alpha1", "kind": "NamespaceBaselineList", "metadata": {"resourceVersion": "1"}, "items": items});
+    let payload = json!({
+        "settings": {"contextAware": true},
+        "request": namespace_update(json!({"baseline": "guarded"}), json!({"baseline": "open"})),
+    });
+    let bytes = payload.to_string();
+    let host = namespace_baseline_core::admission::evaluate_in_host(
+        bytes.as_bytes(),
+        &Answers(serde_json::to_vec(&list).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(host.is_allowed(), allowed, "{host:?}");
+    assert_eq!(
+        host,
+        evaluate(bytes.as_bytes(), &FakeCluster::with(baselines)).unwrap()
+    );
+}

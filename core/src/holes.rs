@@ -152,7 +152,7 @@ pub fn spec_holes(policy: &str, spec: &NetworkPolicySpec) -> Vec<Hole> {
     let mut found = Vec::new();
     if ingress_on {
         for (index, rule) in spec.ingress.iter().flatten().enumerate() {
-            found.push(hole(
+            found.push(k8s_hole(
                 policy,
                 Direction::Ingress,
                 index,
@@ -163,7 +163,7 @@ pub fn spec_holes(policy: &str, spec: &NetworkPolicySpec) -> Vec<Hole> {
     }
     if egress_on {
         for (index, rule) in spec.egress.iter().flatten().enumerate() {
-            found.push(hole(
+            found.push(k8s_hole(
                 policy,
                 Direction::Egress,
                 index,
@@ -190,24 +190,56 @@ fn effective_types(spec: &NetworkPolicySpec) -> (bool, bool) {
     }
 }
 
-fn hole(
+fn k8s_hole(
     policy: &str,
     direction: Direction,
     rule: usize,
     peers: Option<&[NetworkPolicyPeer]>,
     ports: Option<&[NetworkPolicyPort]>,
 ) -> Hole {
-    let width = match peers {
-        // No peers (absent or empty): any source or destination.
-        None | Some([]) => Width::World,
-        Some(peers) => peers.iter().map(peer_width).min().unwrap_or(Width::World),
-    };
+    hole(
+        policy,
+        direction,
+        rule,
+        peers.into_iter().flatten().map(|peer| PeerShape {
+            ip_block: peer.ip_block.as_ref().map(|block| block.cidr.as_str()),
+            namespaces: peer.namespace_selector.as_ref().map(selects_everything),
+            pods_all: peer.pod_selector.as_ref().is_none_or(selects_everything),
+        }),
+        ports.is_none_or(<[NetworkPolicyPort]>::is_empty),
+    )
+}
+
+/// What the classification reads of one peer of a rule (the admission policy reads it from
+/// the request's JSON, the reconciler from the k8s-openapi types).
+pub(crate) struct PeerShape<'a> {
+    /// The `cidr` of its `ipBlock`, if it has one.
+    pub ip_block: Option<&'a str>,
+    /// Whether its `namespaceSelector` selects every namespace, if it has one.
+    pub namespaces: Option<bool>,
+    /// Whether it has no `podSelector`, or one that selects every pod.
+    pub pods_all: bool,
+}
+
+/// The hole a rule opens, from its peers (none: any source or destination) and whether it
+/// names no port.
+pub(crate) fn hole<'a>(
+    policy: &str,
+    direction: Direction,
+    rule: usize,
+    peers: impl IntoIterator<Item = PeerShape<'a>>,
+    all_ports: bool,
+) -> Hole {
     Hole {
         policy: policy.to_owned(),
         direction,
         rule,
-        width,
-        all_ports: ports.is_none_or(<[NetworkPolicyPort]>::is_empty),
+        width: peers
+            .into_iter()
+            .map(peer_width)
+            .min()
+            .unwrap_or(Width::World),
+        all_ports,
     }
 }
 
@@ -222,20 +254,19 @@ fn selects_everything(selector: &LabelSelector) -> bool {
             .is_none_or(|expressions| expressions.is_empty())
 }
 
-fn peer_width(peer: &NetworkPolicyPeer) -> Width {
-    if let Some(block) = &peer.ip_block {
-        return if is_everywhere(&block.cidr) {
+fn peer_width(peer: PeerShape<'_>) -> Width {
+    if let Some(cidr) = peer.ip_block {
+        return if is_everywhere(cidr) {
             Width::World
         } else {
             Width::Addresses
         };
     }
-    let pods_all = peer.pod_selector.as_ref().is_none_or(selects_everything);
-    match &peer.namespace_selector {
-        Some(namespaces) if selects_everything(namespaces) && pods_all => Width::Cluster,
-        Some(namespaces) if selects_everything(namespaces) => Width::Pods,
-        Some(_) if pods_all => Width::Namespaces,
-        Some(_) => Width::Pods,
+    match peer.namespaces {
+        Some(true) if peer.pods_all => Width::Cluster,
+        Some(true) => Width::Pods,
+        Some(false) if peer.pods_all => Width::Namespaces,
+        Some(false) => Width::Pods,
         // A pod selector alone: pods of this namespace.
         None => Width::Pods,
     }

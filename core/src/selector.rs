@@ -63,6 +63,16 @@ impl std::error::Error for SelectorError {}
 impl LabelSelector {
     /// Parses a `namespaceLabel`.
     pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        let (key, value) = Self::split(text)?;
+        Ok(Self {
+            key: key.to_owned(),
+            value: value.map(str::to_owned),
+        })
+    }
+
+    /// Checks a `namespaceLabel` as [`LabelSelector::parse`] does and returns its key and
+    /// value without copying them (the admission policy checks a request without allocating).
+    pub fn split(text: &str) -> Result<(&str, Option<&str>), SelectorError> {
         if text.is_empty() {
             return Err(SelectorError::Empty);
         }
@@ -99,13 +109,10 @@ impl LabelSelector {
                         reason,
                     });
                 }
-                Some(value.to_owned())
+                Some(value)
             }
         };
-        Ok(Self {
-            key: key.to_owned(),
-            value,
-        })
+        Ok((key, value))
     }
 
     pub fn key(&self) -> &str {

@@ -1,26 +1,33 @@
 //! What the admission policy decides. The policy (waPC) and the playground only parse and
 //! translate; every verdict comes from here.
+//!
+//! The public types ([`AdmissionRequest`], [`PolicySettings`], [`LiveBaseline`], ...) own
+//! their data; the policy's `validate` reads its payload into borrowed views of the same
+//! shape instead ([`view`]), and its host answers as JSON text ([`HostCapabilities`]), and
+//! both go through the same rules.
 
+mod borrowed;
+mod json;
+mod netpol;
 mod payload;
 mod request;
 mod rules;
 mod settings;
+mod view;
 
 use std::fmt;
 
 use serde::Deserialize;
 
-pub use payload::{check_settings, evaluate, read_request};
+pub use payload::{check_settings, evaluate, evaluate_in_host, read_request, settings_problem};
 pub use request::{AdmissionRequest, GroupVersionKind, MetadataView, ObjectView, UserInfo};
-pub use rules::{
-    LiveBaselines, MAX_HOLES_LISTED, opened_breaches, review_namespace_update,
-    review_policy_create, review_policy_delete, review_policy_holes, review_policy_update,
-    walling_guard,
-};
-pub use settings::{CONTROL_PLANE_USERS, Gate, HolesSetting, PolicySettings};
+pub use rules::{LiveBaselines, MAX_HOLES_LISTED};
+pub use settings::{CONTROL_PLANE_USERS, Gate, HolesSetting, PolicySettings, SettingsRef};
+pub use view::Text;
 
 use crate::selector::LabelSelector;
 use crate::spec::Mode;
+use view::{GuardRef, ObjectRef, RequestRef};
 
 /// The outcome of a review. A denial carries the message shown to the requester.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,65 +139,126 @@ pub trait BaselineSource {
     fn namespace(&self, name: &str) -> Result<ObjectView, String>;
 }
 
+/// The same reads as [`BaselineSource`], answered as the policy-server answers them: the JSON
+/// text of the host capability's answer, which [`evaluate_in_host`] reads without copying
+/// more of it than the rules use. Each read is made at most once per request, and only when
+/// the answer can change the verdict.
+pub trait HostCapabilities {
+    /// `kubernetes/list_resources_all` of the NamespaceBaselines: a `NamespaceBaselineList`
+    /// (the field masks may have left only `metadata.name`, `spec.namespaceLabel` and
+    /// `spec.mode` of each), or why the call failed.
+    fn list_baselines(&self) -> Result<Vec<u8>, String>;
+
+    /// `kubernetes/get_resource` of the Namespace `name`, or why the call failed.
+    fn get_namespace(&self, name: &str) -> Result<Vec<u8>, String>;
+}
+
+/// Either source, as the rules read it: its answers, and how each is read (borrowed from
+/// the answer). Generic, so that the policy's module holds only the readers of its own
+/// source.
+pub(crate) trait Cluster {
+    type Live: ReadBaselines;
+    type Namespace: ReadNamespace;
+    fn baselines(&self) -> Result<Self::Live, String>;
+    fn namespace(&self, name: &str) -> Result<Self::Namespace, String>;
+}
+
+pub(crate) trait ReadBaselines {
+    /// The baselines, borrowed from the answer.
+    fn read(&self) -> Result<Vec<view::LiveBaselineRef<'_>>, String>;
+}
+
+pub(crate) trait ReadNamespace {
+    /// The Namespace, borrowed from the answer.
+    fn read(&self) -> Result<ObjectRef<'_>, String>;
+}
+
+pub(crate) struct Typed<'s>(pub &'s dyn BaselineSource);
+
+impl Cluster for Typed<'_> {
+    type Live = Vec<LiveBaseline>;
+    type Namespace = ObjectView;
+
+    fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
+        self.0.baselines()
+    }
+
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        self.0.namespace(name)
+    }
+}
+
+impl ReadBaselines for Vec<LiveBaseline> {
+    fn read(&self) -> Result<Vec<view::LiveBaselineRef<'_>>, String> {
+        Ok(self.iter().map(view::LiveBaselineRef::of).collect())
+    }
+}
+
+impl ReadNamespace for ObjectView {
+    fn read(&self) -> Result<ObjectRef<'_>, String> {
+        Ok(ObjectRef::of(self))
+    }
+}
+
+pub(crate) struct Host<'s>(pub &'s dyn HostCapabilities);
+
+/// The JSON text of a `list_resources_all` answer.
+pub(crate) struct ListJson(Vec<u8>);
+
+/// The JSON text of a `get_resource` answer.
+pub(crate) struct ObjectJson(Vec<u8>);
+
+impl Cluster for Host<'_> {
+    type Live = ListJson;
+    type Namespace = ObjectJson;
+
+    fn baselines(&self) -> Result<ListJson, String> {
+        self.0.list_baselines().map(ListJson)
+    }
+
+    fn namespace(&self, name: &str) -> Result<ObjectJson, String> {
+        self.0.get_namespace(name).map(ObjectJson)
+    }
+}
+
+impl ReadBaselines for ListJson {
+    fn read(&self) -> Result<Vec<view::LiveBaselineRef<'_>>, String> {
+        serde_json::from_slice::<k8s_openapi::List<view::LiveBaselineRef<'_>>>(&self.0)
+            .map(|list| list.items)
+            // As the SDK's `list_all_resources` says it.
+            .map_err(|error| format!("error deserializing list all resources response: {error}"))
+    }
+}
+
+impl ReadNamespace for ObjectJson {
+    fn read(&self) -> Result<ObjectRef<'_>, String> {
+        std::str::from_utf8(&self.0)
+            .map_err(|error| error.to_string())
+            .and_then(|text| {
+                serde_json::from_slice(text.as_bytes()).map_err(|error| error.to_string())
+            })
+    }
+}
+
+/// The settings as the rules use them (from a [`Gate`] or read from a payload).
+pub(crate) struct Decider<'g> {
+    pub guards: Vec<GuardRef<'g>>,
+    pub context_aware: bool,
+    pub holes: HolesSetting,
+}
+
 /// Reviews one admission request. Requests this policy does not guard, or cannot read, are
 /// allowed: the policy stands only in front of the wall.
 pub fn review(request: &AdmissionRequest, gate: &Gate, source: &dyn BaselineSource) -> Verdict {
     if gate.exempts(&request.user_info) {
         return Verdict::Allow;
     }
-    let live = || {
-        if gate.context_aware {
-            source.baselines().map(Some)
-        } else {
-            Ok(None)
-        }
+    let decider = Decider {
+        guards: gate.guards.iter().map(GuardRef::of).collect(),
+        context_aware: gate.context_aware,
+        holes: gate.holes,
     };
-    let operation = request.operation.as_str();
-    let (new, old) = (request.object.as_ref(), request.old_object.as_ref());
-    if request.is_network_policy() {
-        // The wall's own rules first; what they allow may still open a hole in it.
-        let (verdict, opened) = match (operation, new, old) {
-            ("CREATE", Some(new), _) => (review_policy_create(new), Some((new, None))),
-            ("UPDATE", Some(new), Some(old)) => {
-                (review_policy_update(old, new), Some((new, Some(old))))
-            }
-            ("DELETE", _, Some(old)) => (review_policy_delete(old, live), None),
-            _ => (Verdict::Allow, None),
-        };
-        match (verdict, opened) {
-            (Verdict::Allow, Some((new, old))) if gate.holes != HolesSetting::Ignore => {
-                let namespace = if request.namespace.is_empty() {
-                    new.metadata.namespace.as_str()
-                } else {
-                    request.namespace.as_str()
-                };
-                let old = old.and_then(ObjectView::network_policy);
-                match new.network_policy() {
-                    Some(new) => review_policy_holes(
-                        &new,
-                        old.as_ref(),
-                        gate.holes,
-                        namespace,
-                        || source.namespace(namespace),
-                        &gate.guards,
-                        live,
-                    ),
-                    // A spec that is not a NetworkPolicy's opens nothing we can name.
-                    None => Verdict::Allow,
-                }
-            }
-            (verdict, _) => verdict,
-        }
-    } else if request.is_namespace() {
-        match (operation, new, old) {
-            ("UPDATE", Some(new), Some(old)) => {
-                review_namespace_update(old, new, &gate.guards, live)
-            }
-            _ => Verdict::Allow,
-        }
-    } else {
-        Verdict::Allow
-    }
+    rules::review(&RequestRef::of(request), &decider, &Typed(source))
 }
 
 #[cfg(test)]

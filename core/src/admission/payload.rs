@@ -5,24 +5,39 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{AdmissionRequest, BaselineSource, PolicySettings, Verdict, review};
+use super::view::RequestRef;
+use super::{
+    AdmissionRequest, BaselineSource, Cluster, Decider, Host, HostCapabilities, PolicySettings,
+    SettingsRef, Typed, Verdict, rules,
+};
 
 /// The answer to `validate_settings`: the settings when they can work, otherwise a message
 /// a person can act on. Settings that cannot even be read (an unknown field, a wrong type,
 /// not JSON) are invalid with the reader's message, like any other mistake.
 pub fn check_settings(payload: &[u8]) -> Result<PolicySettings, String> {
-    let settings: PolicySettings = serde_json::from_slice(payload)
-        .map_err(|error| format!("the settings cannot be read: {error}"))?;
+    let settings = read_settings(payload)?;
     settings.validate()?;
-    Ok(settings)
+    Ok(settings.to_owned())
+}
+
+/// [`check_settings`] without a copy of the settings: what the policy's `validate_settings`
+/// answers.
+pub fn settings_problem(payload: &[u8]) -> Option<String> {
+    read_settings(payload)
+        .and_then(|settings| settings.validate())
+        .err()
+}
+
+fn read_settings(payload: &[u8]) -> Result<SettingsRef<'_>, String> {
+    serde_json::from_slice(payload).map_err(|error| format!("the settings cannot be read: {error}"))
 }
 
 /// What the policy-server sends to `validate`. The request is kept raw so that it can be
 /// read on its own: an unreadable request is allowed, unreadable settings are an error.
 #[derive(Deserialize)]
 struct ValidationPayload<'a> {
-    #[serde(default)]
-    settings: PolicySettings,
+    #[serde(borrow, default)]
+    settings: SettingsRef<'a>,
     #[serde(borrow, default)]
     request: Option<&'a RawValue>,
 }
@@ -32,17 +47,70 @@ struct ValidationPayload<'a> {
 /// request in the cluster). Settings the policy-server validated at load time always
 /// read; if they do not, that is an error, not a verdict.
 pub fn evaluate(payload: &[u8], source: &dyn BaselineSource) -> Result<Verdict, String> {
-    let payload: ValidationPayload = serde_json::from_slice(payload)
-        .map_err(|error| format!("cannot read the validation payload: {error}"))?;
-    Ok(match read_request(payload.request) {
-        Some(request) => review(&request, &payload.settings.gate(), source),
-        None => Verdict::Allow,
-    })
+    evaluate_with(payload, &Typed(source))
+}
+
+/// [`evaluate`] with the cluster's answers as the policy-server gives them (JSON text), read
+/// without copying them: what the policy's `validate` calls.
+pub fn evaluate_in_host(payload: &[u8], host: &dyn HostCapabilities) -> Result<Verdict, String> {
+    evaluate_with(payload, &Host(host))
+}
+
+/// [`ValidationPayload`] with the request read in place: one pass over the payload instead
+/// of two, for the payloads that read at all.
+#[derive(Deserialize)]
+struct ReadPayload<'a> {
+    #[serde(borrow, default)]
+    settings: SettingsRef<'a>,
+    #[serde(borrow, default)]
+    request: Option<RequestRef<'a>>,
+}
+
+fn evaluate_with(payload: &[u8], cluster: &impl Cluster) -> Result<Verdict, String> {
+    // Most payloads read in one pass. One that does not is read again as before (the request
+    // on its own), which tells an unreadable request (allowed) from unreadable settings (an
+    // error) and keeps every verdict and message: a payload that reads in one pass reads to
+    // the same settings and request in two. Only a payload that is all UTF-8, though: the raw
+    // request of two passes must be UTF-8 throughout, while one pass checks only the strings
+    // it reads (not those of fields it skips).
+    let fast = std::str::from_utf8(payload)
+        .ok()
+        .and_then(|text| serde_json::from_slice::<ReadPayload>(text.as_bytes()).ok());
+    let payload = match fast {
+        Some(payload) => payload,
+        None => {
+            let payload: ValidationPayload = serde_json::from_slice(payload)
+                .map_err(|error| format!("cannot read the validation payload: {error}"))?;
+            ReadPayload {
+                request: payload.request.and_then(read_view),
+                settings: payload.settings,
+            }
+        }
+    };
+    let Some(request) = payload.request else {
+        return Ok(Verdict::Allow);
+    };
+    let settings = &payload.settings;
+    if settings.exempts(&request.user_info.username, &request.user_info.groups) {
+        return Ok(Verdict::Allow);
+    }
+    let decider = Decider {
+        guards: settings.guards(),
+        context_aware: settings.context_aware,
+        holes: settings.holes(),
+    };
+    Ok(rules::review(&request, &decider, cluster))
 }
 
 /// The request as the rules read it, or `None` when it cannot be read (then it is allowed).
 pub fn read_request(raw: Option<&RawValue>) -> Option<AdmissionRequest> {
     raw.and_then(|raw| serde_json::from_str::<AdmissionRequest>(raw.get()).ok())
+}
+
+/// [`read_request`], borrowing the payload's text: it reads exactly the requests
+/// [`AdmissionRequest`] reads.
+fn read_view(raw: &RawValue) -> Option<RequestRef<'_>> {
+    serde_json::from_slice(raw.get().as_bytes()).ok()
 }
 
 #[cfg(test)]

@@ -1,37 +1,100 @@
 //! One pure function per admission case. Each message names the object, the rule, and what
 //! to do instead.
 
-use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule,
-};
-
-use super::{Guard, HolesSetting, LiveBaseline, ObjectView, Verdict};
-use crate::holes::{Direction, Hole, Width, holes};
-use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, baseline_label_value, claims_management};
-use crate::wall::canonical_json;
+use super::json::Json;
+use super::netpol::{self, SPEC};
+use super::view::{GuardRef, Labels, LiveBaselineRef, ObjectRef, RequestRef, claims_management};
+use super::{Cluster, Decider, HolesSetting, LiveBaseline, ReadBaselines, ReadNamespace, Verdict};
+use crate::holes::{Direction, Hole, Width};
+use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, baseline_label_value};
 
 /// Reads the live baselines: `Ok(None)` when the policy is not context-aware.
 pub type LiveBaselines = Result<Option<Vec<LiveBaseline>>, String>;
 
+/// The live baselines, read when the rules need them: `Ok(None)` when the policy is not
+/// context-aware.
+type Live<A> = Result<Option<A>, String>;
+
 const HOW_TO_LEAVE: &str = "to take a namespace out of the baseline, change the NamespaceBaseline's namespaceLabel; to remove the wall everywhere, delete the NamespaceBaseline with deletionPolicy: Delete";
 
-fn policy_ref(policy: &ObjectView) -> String {
+/// Reviews a request whose requester the settings do not exempt.
+pub(crate) fn review(
+    request: &RequestRef<'_>,
+    decider: &Decider<'_>,
+    cluster: &impl Cluster,
+) -> Verdict {
+    let live = || {
+        if decider.context_aware {
+            cluster.baselines().map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let operation: &str = &request.operation;
+    let (new, old) = (request.object.as_ref(), request.old_object.as_ref());
+    if request.is_network_policy() {
+        // The wall's own rules first; what they allow may still open a hole in it.
+        let (verdict, opened) = match (operation, new, old) {
+            ("CREATE", Some(new), _) => (review_policy_create(new), Some((new, None))),
+            ("UPDATE", Some(new), Some(old)) => {
+                (review_policy_update(old, new), Some((new, Some(old))))
+            }
+            ("DELETE", _, Some(old)) => (review_policy_delete(old, live), None),
+            _ => (Verdict::Allow, None),
+        };
+        match (verdict, opened) {
+            (Verdict::Allow, Some((new, old))) if decider.holes != HolesSetting::Ignore => {
+                let namespace: &str = if request.namespace.is_empty() {
+                    &new.metadata.namespace
+                } else {
+                    &request.namespace
+                };
+                let old = old.and_then(NetworkPolicy::of);
+                match NetworkPolicy::of(new) {
+                    Some(new) => review_policy_holes(
+                        &new,
+                        old.as_ref(),
+                        decider.holes,
+                        namespace,
+                        || cluster.namespace(namespace),
+                        &decider.guards,
+                        live,
+                    ),
+                    // A spec that is not a NetworkPolicy's opens nothing we can name.
+                    None => Verdict::Allow,
+                }
+            }
+            (verdict, _) => verdict,
+        }
+    } else if request.is_namespace() {
+        match (operation, new, old) {
+            ("UPDATE", Some(new), Some(old)) => {
+                review_namespace_update(old, new, &decider.guards, live)
+            }
+            _ => Verdict::Allow,
+        }
+    } else {
+        Verdict::Allow
+    }
+}
+
+fn policy_ref(policy: &ObjectRef<'_>) -> String {
     format!(
         "NetworkPolicy {:?} in namespace {:?}",
         policy.metadata.name, policy.metadata.namespace
     )
 }
 
-fn baseline_of(policy: &ObjectView) -> &str {
+fn baseline_of<'p>(policy: &'p ObjectRef<'_>) -> &'p str {
     policy
         .metadata
         .labels
         .get(BASELINE_LABEL)
-        .map_or("(unnamed)", String::as_str)
+        .map_or("(unnamed)", |value| value)
 }
 
 /// CREATE: only the reconciler may create a policy that claims to be managed.
-pub fn review_policy_create(new: &ObjectView) -> Verdict {
+fn review_policy_create(new: &ObjectRef<'_>) -> Verdict {
     if !claims_management(&new.metadata.labels) {
         return Verdict::Allow;
     }
@@ -43,11 +106,12 @@ pub fn review_policy_create(new: &ObjectView) -> Verdict {
 
 /// UPDATE: a managed policy keeps its spec and its managed labels; annotations and other
 /// labels may change. An unmanaged policy may not start claiming to be managed.
-pub fn review_policy_update(old: &ObjectView, new: &ObjectView) -> Verdict {
+fn review_policy_update(old: &ObjectRef<'_>, new: &ObjectRef<'_>) -> Verdict {
     if !claims_management(&old.metadata.labels) {
         return review_policy_create(new);
     }
-    if canonical_json(&old.spec) != canonical_json(&new.spec) {
+    // Compared as the reconciler's drift check compares (`canonical_json`).
+    if !netpol::canonical_eq(&old.spec, &new.spec) {
         return Verdict::Deny(format!(
             "{} is part of the network wall of NamespaceBaseline {:?}; its spec cannot be changed (the reconciler would restore it). Add your own NetworkPolicy next to it to allow more traffic, or change the NamespaceBaseline",
             policy_ref(old),
@@ -67,10 +131,27 @@ pub fn review_policy_update(old: &ObjectView, new: &ObjectView) -> Verdict {
     Verdict::Allow
 }
 
+/// The longest baseline name that is its own [`BASELINE_LABEL`] value (a label value's
+/// limit; longer names are shortened with a hash, see [`baseline_label_value`]).
+const MAX_LABEL_VALUE: usize = 63;
+
+/// Whether the baseline `name` is the one a managed policy's [`BASELINE_LABEL`] value names,
+/// without copying the name when it is short enough to be its own label value.
+fn owns(name: &str, owner: &str) -> bool {
+    if name.len() <= MAX_LABEL_VALUE {
+        name == owner
+    } else {
+        baseline_label_value(name) == owner
+    }
+}
+
 /// DELETE: a managed policy stays while its baseline exists. When the live baselines are
 /// known and none owns it any more (the baseline was deleted with `deletionPolicy: Orphan`),
 /// the orphan may go.
-pub fn review_policy_delete(old: &ObjectView, live: impl FnOnce() -> LiveBaselines) -> Verdict {
+fn review_policy_delete<A: ReadBaselines>(
+    old: &ObjectRef<'_>,
+    live: impl FnOnce() -> Live<A>,
+) -> Verdict {
     if !claims_management(&old.metadata.labels) {
         return Verdict::Allow;
     }
@@ -85,127 +166,155 @@ pub fn review_policy_delete(old: &ObjectView, live: impl FnOnce() -> LiveBaselin
     let Some(owner) = owner else {
         return deny("");
     };
-    match live() {
-        Ok(Some(baselines)) => {
+    let answer = match live() {
+        Ok(Some(answer)) => answer,
+        Ok(None) => return deny(""),
+        Err(error) => return unreadable(&error, deny),
+    };
+    match answer.read() {
+        Ok(baselines) => {
+            // The first baseline that owns it decides.
             let owned = baselines
                 .iter()
-                .any(|baseline| baseline_label_value(&baseline.metadata.name) == *owner);
+                .any(|baseline| owns(&baseline.metadata.name, owner));
             if owned { deny("") } else { Verdict::Allow }
         }
-        Ok(None) => deny(""),
-        Err(error) => deny(&format!(
-            " (the live NamespaceBaselines could not be read: {error})"
-        )),
+        Err(error) => unreadable(&error, deny),
     }
+}
+
+fn unreadable(error: &str, deny: impl Fn(&str) -> Verdict) -> Verdict {
+    deny(&format!(
+        " (the live NamespaceBaselines could not be read: {error})"
+    ))
 }
 
 /// UPDATE of a Namespace: it may not stop matching a guard it matched. The guards from
 /// the settings are checked first; the live baselines are read only when labels changed
 /// and the settings alone allow the update.
-pub fn review_namespace_update(
-    old: &ObjectView,
-    new: &ObjectView,
-    guards: &[Guard],
-    live: impl FnOnce() -> LiveBaselines,
+fn review_namespace_update<A: ReadBaselines>(
+    old: &ObjectRef<'_>,
+    new: &ObjectRef<'_>,
+    guards: &[GuardRef<'_>],
+    live: impl FnOnce() -> Live<A>,
 ) -> Verdict {
     let (before, after) = (&old.metadata.labels, &new.metadata.labels);
     if before == after {
         return Verdict::Allow;
     }
-    let leaves = |guard: &Guard| guard.selector.matches(before) && !guard.selector.matches(after);
-    let deny = |guard: &Guard| {
+    let leaves = |guard: &GuardRef<'_>| guard.matches(before) && !guard.matches(after);
+    let deny = |guard: &GuardRef<'_>| {
         Verdict::Deny(format!(
             "namespace {:?} is guarded by {guard}: this change to its labels would take it out of the baseline and leave its network wall unmanaged. Keep the label {}, or ask the platform team to change the NamespaceBaseline",
-            old.metadata.name, guard.selector
+            old.metadata.name,
+            guard.selector()
         ))
     };
     if let Some(guard) = guards.iter().find(|guard| leaves(guard)) {
         return deny(guard);
     }
-    match live() {
-        Ok(None) => Verdict::Allow,
-        Ok(Some(baselines)) => baselines
-            .iter()
-            // Only a baseline whose label key the namespace had can be left; skipping the
-            // others before parsing keeps a cluster with many baselines cheap to check.
-            .filter(|baseline| before.contains_key(label_key(&baseline.spec.namespace_label)))
-            .filter_map(LiveBaseline::guard)
-            .find(|guard| leaves(guard))
-            .map_or(Verdict::Allow, |guard| deny(&guard)),
-        // Fail closed, but only for label changes: the gate cannot tell whether this one
-        // leaves a baseline, and a retry is cheap.
-        Err(error) => Verdict::Deny(format!(
+    // Fail closed, but only for label changes: the gate cannot tell whether this one
+    // leaves a baseline, and a retry is cheap.
+    let failed = |error: &str| {
+        Verdict::Deny(format!(
             "namespace {:?}: its labels changed and the live NamespaceBaselines could not be read to check them ({error}); retry, or ask the platform team",
             old.metadata.name
-        )),
+        ))
+    };
+    let answer = match live() {
+        Ok(None) => return Verdict::Allow,
+        Ok(Some(answer)) => answer,
+        Err(error) => return failed(&error),
+    };
+    match answer.read() {
+        Ok(baselines) => {
+            first_guard(&baselines, before, leaves).map_or(Verdict::Allow, |guard| deny(&guard))
+        }
+        Err(error) => failed(&error),
     }
 }
 
-/// The key part of a `namespaceLabel` (whether or not the rest is valid).
-fn label_key(namespace_label: &str) -> &str {
-    namespace_label
-        .split_once('=')
-        .map_or(namespace_label, |(key, _)| key)
+/// The first live baseline's guard that `decides`, reading (and parsing the `namespaceLabel`
+/// of) only the baselines whose label key the namespace carries: no other can match it.
+fn first_guard<'b>(
+    baselines: &'b [LiveBaselineRef<'_>],
+    labels: &Labels<'_>,
+    decides: impl Fn(&GuardRef<'_>) -> bool,
+) -> Option<GuardRef<'b>> {
+    baselines
+        .iter()
+        .filter(|baseline| labels.contains_key(baseline.label_key()))
+        .filter_map(LiveBaselineRef::guard)
+        .find(|guard| decides(guard))
 }
 
 /// At most this many holes are named in one denial or as separate warnings; the rest are
 /// counted (the API server truncates long warnings and drops many).
 pub const MAX_HOLES_LISTED: usize = 5;
 
-/// One rule of a NetworkPolicy, for telling whether an UPDATE changed it.
-#[derive(PartialEq)]
-enum Rule<'a> {
-    Ingress(&'a NetworkPolicyIngressRule),
-    Egress(&'a NetworkPolicyEgressRule),
+/// A NetworkPolicy as the holes check reads it: its name, whether it is one of the wall's
+/// own, and its spec when it has one. [`NetworkPolicy::of`] reads only objects whose spec
+/// k8s-openapi would read as a `NetworkPolicySpec` ([`netpol`]).
+struct NetworkPolicy<'v> {
+    name: &'v str,
+    managed: bool,
+    spec: Option<&'v Json<'v>>,
 }
 
-fn rule_of<'a>(policy: &'a NetworkPolicy, hole: &Hole) -> Option<Rule<'a>> {
-    let spec = policy.spec.as_ref()?;
-    match hole.direction {
-        Direction::Ingress => spec.ingress.as_ref()?.get(hole.rule).map(Rule::Ingress),
-        Direction::Egress => spec.egress.as_ref()?.get(hole.rule).map(Rule::Egress),
+impl<'v> NetworkPolicy<'v> {
+    /// `None` when the spec is not a NetworkPolicy's (the holes check then has nothing it
+    /// can name, and the request is allowed like any other it cannot read); no spec at all
+    /// is a policy without one.
+    fn of(object: &'v ObjectRef<'v>) -> Option<Self> {
+        let spec = match &object.spec {
+            Json::Null => None,
+            spec if netpol::is_valid(spec, &SPEC) => Some(spec),
+            _ => return None,
+        };
+        Some(Self {
+            name: &object.metadata.name,
+            managed: claims_management(&object.metadata.labels),
+            spec,
+        })
+    }
+
+    /// The holes it opens ([`crate::holes::holes`]): none for a managed policy.
+    fn holes(&self) -> Vec<Hole> {
+        match (self.spec, self.managed) {
+            (Some(spec), false) => netpol::spec_holes(self.name, spec),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The rule a hole of this policy comes from.
+    fn rule_of(&self, hole: &Hole) -> Option<&'v Json<'v>> {
+        netpol::rule(self.spec?, hole.direction, hole.rule)
     }
 }
 
 /// The `World` and `Cluster` holes `new` opens that `old` (the stored object of an UPDATE)
 /// did not already open: a breach counts as already open when `old` had a breach in the same
 /// direction through an identical rule (the rule's place in the list may have moved). A
-/// managed policy opens none ([`holes`]).
-pub fn opened_breaches(new: &NetworkPolicy, old: Option<&NetworkPolicy>) -> Vec<Hole> {
-    let already: Vec<Rule<'_>> = old.map_or_else(Vec::new, |old| {
-        holes(old)
+/// managed policy opens none.
+fn opened_breaches(new: &NetworkPolicy<'_>, old: Option<&NetworkPolicy<'_>>) -> Vec<Hole> {
+    let already: Vec<(Direction, &Json<'_>)> = old.map_or_else(Vec::new, |old| {
+        old.holes()
             .iter()
             .filter(|hole| hole.width.is_breach())
-            .filter_map(|hole| rule_of(old, hole))
+            .filter_map(|hole| old.rule_of(hole).map(|rule| (hole.direction, rule)))
             .collect()
     });
-    holes(new)
+    new.holes()
         .into_iter()
         .filter(|hole| hole.width.is_breach())
-        .filter(|hole| rule_of(new, hole).is_none_or(|rule| !already.contains(&rule)))
+        .filter(|hole| {
+            new.rule_of(hole).is_none_or(|rule| {
+                !already.iter().any(|(direction, before)| {
+                    *direction == hole.direction && netpol::rules_equal(*direction, before, rule)
+                })
+            })
+        })
         .collect()
-}
-
-/// The guard that walls `namespace`: the settings' guards first; then, when the policy is
-/// context-aware, the live baselines' (read only if no settings guard matched). `Ok(None)`:
-/// no baseline covers it.
-pub fn walling_guard(
-    namespace: &ObjectView,
-    guards: &[Guard],
-    live: impl FnOnce() -> LiveBaselines,
-) -> Result<Option<Guard>, String> {
-    let labels = &namespace.metadata.labels;
-    if let Some(guard) = guards.iter().find(|guard| guard.selector.matches(labels)) {
-        return Ok(Some(guard.clone()));
-    }
-    Ok(live()?.and_then(|baselines| {
-        baselines
-            .iter()
-            // Only a baseline whose label key the namespace carries can match it.
-            .filter(|baseline| labels.contains_key(label_key(&baseline.spec.namespace_label)))
-            .filter_map(LiveBaseline::guard)
-            .find(|guard| guard.selector.matches(labels))
-    }))
 }
 
 /// What to write instead of a hole this wide, for people.
@@ -229,10 +338,10 @@ fn instead_briefly(width: Width) -> &'static str {
 }
 
 /// Who walls the namespace, short enough for a warning.
-fn walled_by(guard: &Guard) -> String {
-    match &guard.baseline {
+fn walled_by(guard: &GuardRef<'_>) -> String {
+    match guard.baseline {
         Some(name) => format!("NamespaceBaseline {name:?}"),
-        None => format!("the guard label {}", guard.selector),
+        None => format!("the guard label {}", guard.selector()),
     }
 }
 
@@ -249,14 +358,14 @@ fn walled_by(guard: &Guard) -> String {
 /// the setting: a hole is not the wall itself, the reconciler reports it anyway, and failing
 /// closed would refuse such policies in every namespace, walled or not, while the API server
 /// is unreachable.
-pub fn review_policy_holes(
-    new: &NetworkPolicy,
-    old: Option<&NetworkPolicy>,
+fn review_policy_holes<N: ReadNamespace, A: ReadBaselines>(
+    new: &NetworkPolicy<'_>,
+    old: Option<&NetworkPolicy<'_>>,
     setting: HolesSetting,
     namespace: &str,
-    read_namespace: impl FnOnce() -> Result<ObjectView, String>,
-    guards: &[Guard],
-    live: impl FnOnce() -> LiveBaselines,
+    read_namespace: impl FnOnce() -> Result<N, String>,
+    guards: &[GuardRef<'_>],
+    live: impl FnOnce() -> Live<A>,
 ) -> Verdict {
     if setting == HolesSetting::Ignore {
         return Verdict::Allow;
@@ -265,34 +374,64 @@ pub fn review_policy_holes(
     let Some(first) = opened.first() else {
         return Verdict::Allow;
     };
-    let more = opened.len() - 1;
-    let walled = read_namespace().and_then(|view| walling_guard(&view, guards, live));
-    let guard = match walled {
-        Ok(Some(guard)) => guard,
-        Ok(None) => return Verdict::Allow,
-        Err(error) => {
-            return Verdict::Warn(vec![format!(
-                "could not check whether namespace {namespace:?} is walled ({error}); if it is, {first}{}",
-                match more {
-                    0 => String::new(),
-                    more => format!(" (and {})", more_breaches(more)),
-                }
-            )]);
-        }
+    let unchecked = |error: &str| {
+        let more = opened.len() - 1;
+        Verdict::Warn(vec![format!(
+            "could not check whether namespace {namespace:?} is walled ({error}); if it is, {first}{}",
+            match more {
+                0 => String::new(),
+                more => format!(" (and {})", more_breaches(more)),
+            }
+        )])
     };
+    let walled = |guard: &GuardRef<'_>| holes_verdict(new, &opened, setting, namespace, guard);
+    // The guard that walls the namespace: the settings' guards first; then, when the policy
+    // is context-aware, the live baselines' (read only if no settings guard matched).
+    let answer = match read_namespace() {
+        Ok(answer) => answer,
+        Err(error) => return unchecked(&error),
+    };
+    let view = match answer.read() {
+        Ok(view) => view,
+        Err(error) => return unchecked(&error),
+    };
+    let labels = &view.metadata.labels;
+    if let Some(guard) = guards.iter().find(|guard| guard.matches(labels)) {
+        return walled(guard);
+    }
+    let answer = match live() {
+        Ok(Some(answer)) => answer,
+        Ok(None) => return Verdict::Allow,
+        Err(error) => return unchecked(&error),
+    };
+    match answer.read() {
+        Ok(baselines) => first_guard(&baselines, labels, |guard| guard.matches(labels))
+            .map_or(Verdict::Allow, |guard| walled(&guard)),
+        Err(error) => unchecked(&error),
+    }
+}
+
+/// What the `holes` setting makes of the breaches a policy opens in a walled namespace.
+fn holes_verdict(
+    new: &NetworkPolicy<'_>,
+    opened: &[Hole],
+    setting: HolesSetting,
+    namespace: &str,
+    guard: &GuardRef<'_>,
+) -> Verdict {
     let listed = &opened[..opened.len().min(MAX_HOLES_LISTED)];
     let unlisted = opened.len() - listed.len();
-    let policy = new.metadata.name.as_deref().unwrap_or_default();
     match setting {
         HolesSetting::Deny => {
             let mut named: Vec<String> = listed.iter().map(ToString::to_string).collect();
             if unlisted > 0 {
                 named.push(format!("and {}", more_breaches(unlisted)));
             }
-            let advice: Vec<&str> = [Width::World, Width::Cluster]
+            // Owned like `named`, so that one `join` serves both.
+            let advice: Vec<String> = [Width::World, Width::Cluster]
                 .into_iter()
                 .filter(|width| opened.iter().any(|hole| hole.width == *width))
-                .map(instead)
+                .map(|width| instead(width).to_owned())
                 .collect();
             Verdict::Deny(format!(
                 "namespace {namespace:?} is walled by {guard}, and {}: {}. To allow only what is needed, {}. (The policy setting holes: Deny refuses World and Cluster holes in walled namespaces; an exempt identity may still write them)",
@@ -310,14 +449,15 @@ pub fn review_policy_holes(
                 .map(|hole| {
                     format!(
                         "{hole} in namespace {namespace:?}, walled by {}: {}",
-                        walled_by(&guard),
+                        walled_by(guard),
                         instead_briefly(hole.width)
                     )
                 })
                 .collect();
             if unlisted > 0 {
                 warnings.push(format!(
-                    "NetworkPolicy {policy} opens {} in namespace {namespace:?}",
+                    "NetworkPolicy {} opens {} in namespace {namespace:?}",
+                    new.name,
                     more_breaches(unlisted)
                 ));
             }

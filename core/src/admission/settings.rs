@@ -2,13 +2,15 @@
 
 use std::collections::HashSet;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
+pub use super::borrowed::PolicySettings as SettingsRef;
+use super::view::{GuardRef, Text};
 use crate::identity::{reconciler_username, service_account_username};
 use crate::selector::{LabelSelector, is_valid_subdomain};
 
-#[derive(Deserialize, Serialize, Debug, Clone, PartialEq)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct PolicySettings {
     /// `namespaceLabel`s whose namespaces are guarded, in the NamespaceBaseline syntax.
     pub guard_selectors: Vec<String>,
@@ -25,6 +27,15 @@ pub struct PolicySettings {
     /// What to do with a CREATE or UPDATE of a NetworkPolicy that opens a `World` or
     /// `Cluster` hole in a walled namespace: `Warn`, `Deny` or `Ignore` ([`HolesSetting`]).
     pub holes: String,
+}
+
+/// Read through [`SettingsRef`]: one reader, so that the settings `validate_settings` checks
+/// and those each `validate` call reads are read alike (unknown fields refused, the same
+/// defaults, the same messages).
+impl<'de> Deserialize<'de> for PolicySettings {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        SettingsRef::deserialize(deserializer).map(|settings| settings.to_owned())
+    }
 }
 
 impl Default for PolicySettings {
@@ -81,6 +92,14 @@ impl HolesSetting {
                 )
             })
     }
+
+    /// The setting named `text`, or the default for a name `validate` refuses.
+    fn named(text: &str) -> Self {
+        Self::ALL
+            .into_iter()
+            .find(|setting| setting.as_str() == text)
+            .unwrap_or_default()
+    }
 }
 
 /// Identities that must never be blocked: the namespace controller emptying a terminating
@@ -95,47 +114,24 @@ pub const CONTROL_PLANE_USERS: [&str; 3] = [
 impl PolicySettings {
     /// Checks everything a request will rely on, with a message a person can act on.
     pub fn validate(&self) -> Result<(), String> {
-        let mut problems = Vec::new();
-        if self.guard_selectors.is_empty() && !self.context_aware {
-            problems.push(
-                "guardSelectors is empty and contextAware is false, so no namespace would be guarded: list the baselines' namespaceLabel values in guardSelectors (e.g. [\"baseline=guarded\"]) or set contextAware: true".to_owned(),
-            );
+        self.borrowed().validate()
+    }
+
+    fn borrowed(&self) -> SettingsRef<'_> {
+        fn texts(values: &[String]) -> Vec<Text<'_>> {
+            values
+                .iter()
+                .map(|value| Text::from(value.as_str()))
+                .collect()
         }
-        for (index, selector) in self.guard_selectors.iter().enumerate() {
-            if let Err(error) = LabelSelector::parse(selector) {
-                problems.push(format!("guardSelectors[{index}] {selector:?}: {error}"));
-            }
-        }
-        if self.reconciler_username.trim().is_empty() {
-            problems.push(format!(
-                "reconcilerUsername is empty: the reconciler would be blocked from installing the wall; the default is {:?}",
-                reconciler_username()
-            ));
-        }
-        for (field, values) in [
-            ("exemptUsers", &self.exempt_users),
-            ("exemptGroups", &self.exempt_groups),
-        ] {
-            for (index, value) in values.iter().enumerate() {
-                if value.trim().is_empty() {
-                    problems.push(format!("{field}[{index}] is empty"));
-                }
-            }
-        }
-        for (index, account) in self.exempt_service_accounts.iter().enumerate() {
-            if let Err(reason) = parse_service_account(account) {
-                problems.push(format!(
-                    "exemptServiceAccounts[{index}] {account:?}: {reason}"
-                ));
-            }
-        }
-        if let Err(problem) = HolesSetting::parse(&self.holes) {
-            problems.push(problem);
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
+        SettingsRef {
+            guard_selectors: texts(&self.guard_selectors),
+            context_aware: self.context_aware,
+            reconciler_username: Text::from(self.reconciler_username.as_str()),
+            exempt_users: texts(&self.exempt_users),
+            exempt_groups: texts(&self.exempt_groups),
+            exempt_service_accounts: texts(&self.exempt_service_accounts),
+            holes: Text::from(self.holes.as_str()),
         }
     }
 
@@ -167,12 +163,115 @@ impl PolicySettings {
             context_aware: self.context_aware,
             // `validate` refuses anything else; the default is what an unreadable value
             // would have meant had it been left out.
-            holes: HolesSetting::parse(&self.holes).unwrap_or_default(),
+            holes: HolesSetting::named(&self.holes),
             exempt_users,
             exempt_groups: self.exempt_groups.iter().cloned().collect(),
         }
     }
 }
+
+/// The default `reconcilerUsername` ([`reconciler_username`], checked by a test), as a
+/// constant the settings can borrow.
+pub(crate) const DEFAULT_RECONCILER_USERNAME: &str =
+    "system:serviceaccount:namespace-baseline:namespace-baseline-reconciler";
+
+impl SettingsRef<'_> {
+    /// Checks everything a request will rely on, with a message a person can act on.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if self.guard_selectors.is_empty() && !self.context_aware {
+            problems.push(
+                "guardSelectors is empty and contextAware is false, so no namespace would be guarded: list the baselines' namespaceLabel values in guardSelectors (e.g. [\"baseline=guarded\"]) or set contextAware: true".to_owned(),
+            );
+        }
+        for (index, selector) in self.guard_selectors.iter().enumerate() {
+            if let Err(error) = LabelSelector::split(selector) {
+                problems.push(format!(
+                    "guardSelectors[{index}] {:?}: {error}",
+                    &**selector
+                ));
+            }
+        }
+        if self.reconciler_username.trim().is_empty() {
+            problems.push(format!(
+                "reconcilerUsername is empty: the reconciler would be blocked from installing the wall; the default is {DEFAULT_RECONCILER_USERNAME:?}"
+            ));
+        }
+        for (field, values) in [
+            ("exemptUsers", &self.exempt_users),
+            ("exemptGroups", &self.exempt_groups),
+        ] {
+            for (index, value) in values.iter().enumerate() {
+                if value.trim().is_empty() {
+                    problems.push(format!("{field}[{index}] is empty"));
+                }
+            }
+        }
+        for (index, account) in self.exempt_service_accounts.iter().enumerate() {
+            if let Err(reason) = parse_service_account(account) {
+                problems.push(format!(
+                    "exemptServiceAccounts[{index}] {:?}: {reason}",
+                    &**account
+                ));
+            }
+        }
+        if let Err(problem) = HolesSetting::parse(&self.holes) {
+            problems.push(problem);
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    /// A copy that owns its text.
+    pub fn to_owned(&self) -> PolicySettings {
+        let strings = |values: &[Text<'_>]| values.iter().map(|value| value.to_string()).collect();
+        PolicySettings {
+            guard_selectors: strings(&self.guard_selectors),
+            context_aware: self.context_aware,
+            reconciler_username: self.reconciler_username.to_string(),
+            exempt_users: strings(&self.exempt_users),
+            exempt_groups: strings(&self.exempt_groups),
+            exempt_service_accounts: strings(&self.exempt_service_accounts),
+            holes: self.holes.to_string(),
+        }
+    }
+
+    /// Whether this requester is always allowed, as [`Gate::exempts`] decides it, without
+    /// building the gate's sets: the reconciler, the control plane, break-glass identities.
+    pub(crate) fn exempts(&self, username: &str, groups: &[Text<'_>]) -> bool {
+        CONTROL_PLANE_USERS.contains(&username)
+            || *self.reconciler_username == *username
+            || self.exempt_users.iter().any(|user| **user == *username)
+            || username
+                .strip_prefix(SERVICE_ACCOUNT_PREFIX)
+                .is_some_and(|account| {
+                    self.exempt_service_accounts
+                        .iter()
+                        .any(|exempt| **exempt == *account && parse_service_account(exempt).is_ok())
+                })
+            || groups
+                .iter()
+                .any(|group| self.exempt_groups.iter().any(|exempt| exempt == group))
+    }
+
+    /// The guards of `guardSelectors` (those that parse; `validate` refuses the others).
+    pub(crate) fn guards(&self) -> Vec<GuardRef<'_>> {
+        self.guard_selectors
+            .iter()
+            .filter_map(|text| GuardRef::parse(text, None))
+            .collect()
+    }
+
+    pub(crate) fn holes(&self) -> HolesSetting {
+        HolesSetting::named(&self.holes)
+    }
+}
+
+/// What [`service_account_username`] puts before `namespace:name`.
+const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 
 fn parse_service_account(account: &str) -> Result<(&str, &str), String> {
     let Some((namespace, name)) = account.split_once(':') else {

@@ -5,7 +5,7 @@
 //! same kubewarden-policy-sdk) and registers the same three waPC functions: `validate`
 //! accepts every request without reading it, answering with the SDK's own
 //! `accept_request`; `validate_settings` is the real policy's check
-//! (`admission::check_settings`), so that both load with the same settings; and
+//! (`admission::settings_problem`), so that both load with the same settings; and
 //! `protocol_version` is the SDK's. What the benchmark measures for it is therefore the
 //! waPC host's round trip (payload in, a ValidationResponse out) and nothing of a decision.
 
@@ -28,15 +28,10 @@ pub fn validate(_payload: &[u8]) -> CallResult {
 
 /// The Namespace Baseline policy's own settings check, answered the same way.
 pub fn validate_settings(payload: &[u8]) -> CallResult {
-    let response = match admission::check_settings(payload) {
-        Ok(_) => SettingsValidationResponse {
-            valid: true,
-            message: None,
-        },
-        Err(message) => SettingsValidationResponse {
-            valid: false,
-            message: Some(message),
-        },
+    let message = admission::settings_problem(payload);
+    let response = SettingsValidationResponse {
+        valid: message.is_none(),
+        message,
     };
     Ok(serde_json::to_vec(&response)?)
 }

@@ -2,26 +2,30 @@
 //! Kubewarden's policy-server embeds (wasmtime, the module compiled once and one instance
 //! reused), by our `policy.wasm` and by a no-op policy (`e2e-tests/noop-policy`: same SDK,
 //! same settings check, accepts every request without reading it) on the same payload, and
-//! by our policy natively (`namespace_baseline_policy::evaluate`, the same bytes).
+//! by our policy natively (`namespace_baseline_policy::evaluate_in_host`, the same bytes and
+//! host answers).
 //!
 //! One run measures twice:
 //! 1. criterion, one benchmark per class and variant: medians and median absolute deviations;
 //! 2. an interleaved pass: in each of [`ROUNDS`] rounds every wasm variant runs a batch of
 //!    calls in turn; per-call medians over the rounds, and each ratio (ours / no-op,
 //!    context-aware / settings-only) as the median of its per-round ratios, so that a change
-//!    of load on this shared machine falls on both sides of a ratio alike.
+//!    of load on this shared machine falls on both sides of a ratio alike. The same pass
+//!    times the test host's own answer to the class's host call (natively: the list or the
+//!    Namespace pruned to the field masks and written as JSON), the host's share of a call.
 //!
 //! Then a table of both, the goals of issue 17 part 4, the modules' sizes and cold starts.
-//! Run with `make bench-policy` (it builds both modules); or, after `make policy.wasm` and
-//! building the no-op (see the Makefile), `cargo bench -p namespace-baseline-e2e --bench
-//! policy` with `NOOP_POLICY_WASM` pointing at it.
+//! Run with `make bench-policy` (it builds both modules the same way). `NSB_BENCH_QUICK=1`
+//! skips criterion (the interleaved pass alone, ~20 s).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use criterion::{BenchmarkId, Criterion};
-use namespace_baseline_core::admission::{BaselineSource, LiveBaseline, ObjectView};
-use namespace_baseline_e2e::{Cluster, PolicyHost, VALIDATE};
+use namespace_baseline_core::admission::{HostCapabilities, evaluate_in_host};
+use namespace_baseline_e2e::{Cluster, PolicyHost, VALIDATE, host_answer};
 use namespace_baseline_formats::fixture::{self, Fixture};
 use serde_json::{Value, json};
 
@@ -135,64 +139,82 @@ fn baselines(count: usize) -> Vec<Value> {
         .collect()
 }
 
-/// The native counterpart of the host capabilities: the same answers, read by the policy's
-/// own reader of host answers.
+/// The native counterpart of the host capabilities: the test host's own answers (written
+/// once), read by the policy's own reader of host answers.
 struct NativeCluster {
-    list: Vec<u8>,
-    namespaces: Vec<Value>,
+    list: Result<Vec<u8>, String>,
+    namespaces: Arc<Cluster>,
 }
 
-impl BaselineSource for NativeCluster {
-    fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
-        serde_json::from_slice::<k8s_openapi::List<LiveBaseline>>(&self.list)
-            .map(|list| list.items)
-            .map_err(|e| e.to_string())
+impl HostCapabilities for NativeCluster {
+    fn list_baselines(&self) -> Result<Vec<u8>, String> {
+        self.list.clone()
     }
 
-    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
-        let found = self
-            .namespaces
-            .iter()
-            .find(|namespace| namespace["metadata"]["name"] == name)
-            .ok_or_else(|| format!("namespaces {name:?} not found"))?;
-        let bytes = serde_json::to_vec(found).map_err(|e| e.to_string())?;
-        serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    fn get_namespace(&self, name: &str) -> Result<Vec<u8>, String> {
+        let request = namespace_baseline_policy::get_namespace_request(name)
+            .map_err(|error| error.to_string())?;
+        host_answer(
+            &self.namespaces,
+            "kubewarden",
+            "kubernetes",
+            "get_resource",
+            &request,
+        )
+    }
+}
+
+/// The host call a class makes (its operation and payload), if any.
+fn host_call(case: &Case) -> Option<(&'static str, Vec<u8>)> {
+    match case.role {
+        Role::ContextAware => Some((
+            "list_resources_all",
+            namespace_baseline_policy::LIST_BASELINES_REQUEST
+                .as_bytes()
+                .to_vec(),
+        )),
+        Role::Holes => Some((
+            "get_resource",
+            namespace_baseline_policy::get_namespace_request("team-a").expect("a request"),
+        )),
+        Role::SettingsGoal | Role::SettingsInfo => None,
     }
 }
 
 struct Prepared {
     case: &'static Case,
     payload: Vec<u8>,
-    cluster: Cluster,
+    cluster: Arc<Cluster>,
     native: NativeCluster,
+    host_call: Option<(&'static str, Vec<u8>)>,
 }
 
 fn prepare(case: &'static Case) -> Prepared {
     let fixture = fixture(case.fixture);
-    let items = match case.baselines {
-        Some(count) => baselines(count),
-        None => fixture.baselines.clone(),
-    };
-    // What the host answers after the policy's field masks (name, namespaceLabel, mode).
-    let masked: Vec<Value> = items
-        .iter()
-        .map(|item| json!({"apiVersion": item["apiVersion"], "kind": item["kind"], "metadata": {"name": item["metadata"]["name"]}, "spec": {"namespaceLabel": item["spec"]["namespaceLabel"]}}))
-        .collect();
-    let list = json!({"apiVersion": "hedronite.io/v1alpha1", "kind": "NamespaceBaselineList", "metadata": {"resourceVersion": "424242"}, "items": masked});
+    let mut cluster = Cluster::from(&fixture);
+    if let Some(count) = case.baselines {
+        cluster.baselines = baselines(count);
+    }
+    let cluster = Arc::new(cluster);
     let payload =
         serde_json::to_vec(&json!({"settings": fixture.settings, "request": fixture.request}))
             .expect("a JSON payload");
-    let native = NativeCluster {
-        list: serde_json::to_vec(&list).expect("a JSON list"),
-        namespaces: fixture.namespaces.clone(),
-    };
-    let mut cluster = Cluster::from(&fixture);
-    cluster.baselines = items;
+    let list = host_answer(
+        &cluster,
+        "kubewarden",
+        "kubernetes",
+        "list_resources_all",
+        namespace_baseline_policy::LIST_BASELINES_REQUEST.as_bytes(),
+    );
     Prepared {
         case,
         payload,
+        native: NativeCluster {
+            list,
+            namespaces: Arc::clone(&cluster),
+        },
         cluster,
-        native,
+        host_call: host_call(case),
     }
 }
 
@@ -221,42 +243,69 @@ fn accepted(response: &[u8]) -> bool {
     value["accepted"].as_bool().expect("accepted")
 }
 
-/// Per-call nanoseconds of `calls` evaluations.
+/// Per-call nanoseconds of `calls` evaluations, after one untimed call (which pays for
+/// anything the previous batch left, such as dropping another class's cluster).
 fn time_batch(host: &mut PolicyHost, prepared: &Prepared, calls: usize) -> f64 {
+    let call = |host: &mut PolicyHost| {
+        host.call_shared(VALIDATE, &prepared.payload, &prepared.cluster)
+            .expect("an answer")
+    };
+    call(host);
     let started = Instant::now();
     for _ in 0..calls {
-        host.call(VALIDATE, &prepared.payload, &prepared.cluster)
-            .expect("an answer");
+        call(host);
     }
     started.elapsed().as_nanos() as f64 / calls as f64
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Module {
-    Ours,
-    Noop,
+/// Per-call nanoseconds of the test host answering the class's host call `calls` times.
+fn time_host(prepared: &Prepared, calls: usize) -> f64 {
+    let Some((operation, request)) = &prepared.host_call else {
+        return 0.0;
+    };
+    let started = Instant::now();
+    for _ in 0..calls {
+        host_answer(
+            &prepared.cluster,
+            "kubewarden",
+            "kubernetes",
+            operation,
+            request,
+        )
+        .expect("an answer");
+    }
+    started.elapsed().as_nanos() as f64 / calls as f64
 }
 
-/// The interleaved pass: per-round per-call nanoseconds, `[case][module]`.
-fn interleaved(
-    ours: &mut PolicyHost,
-    noop: &mut PolicyHost,
-    cases: &[Prepared],
-) -> Vec<[Vec<f64>; 2]> {
-    let mut batches = Vec::new();
-    for prepared in cases {
-        let mut sizes = [0; 2];
-        for (slot, host) in [&mut *ours, &mut *noop].into_iter().enumerate() {
-            let once = time_batch(host, prepared, 3);
-            sizes[slot] = ((BATCH_TARGET.as_nanos() as f64 / once).ceil() as usize).max(1);
-        }
-        batches.push(sizes);
-    }
-    let mut samples: Vec<[Vec<f64>; 2]> = cases.iter().map(|_| [Vec::new(), Vec::new()]).collect();
+/// One class's samples of the interleaved pass: per-call nanoseconds per round.
+#[derive(Default)]
+struct Rounds {
+    ours: Vec<f64>,
+    noop: Vec<f64>,
+    host: Vec<f64>,
+}
+
+/// The interleaved pass.
+fn interleaved(ours: &mut PolicyHost, noop: &mut PolicyHost, cases: &[Prepared]) -> Vec<Rounds> {
+    let size = |once: f64| ((BATCH_TARGET.as_nanos() as f64 / once).ceil() as usize).max(1);
+    let batches: Vec<[usize; 3]> = cases
+        .iter()
+        .map(|prepared| {
+            [
+                size(time_batch(ours, prepared, 3)),
+                size(time_batch(noop, prepared, 3)),
+                size(time_host(prepared, 3).max(1.0)),
+            ]
+        })
+        .collect();
+    let mut samples: Vec<Rounds> = cases.iter().map(|_| Rounds::default()).collect();
     for _ in 0..ROUNDS {
-        for (index, prepared) in cases.iter().enumerate() {
-            samples[index][0].push(time_batch(ours, prepared, batches[index][0]));
-            samples[index][1].push(time_batch(noop, prepared, batches[index][1]));
+        for ((prepared, [ours_calls, noop_calls, host_calls]), rounds) in
+            cases.iter().zip(&batches).zip(&mut samples)
+        {
+            rounds.ours.push(time_batch(ours, prepared, *ours_calls));
+            rounds.noop.push(time_batch(noop, prepared, *noop_calls));
+            rounds.host.push(time_host(prepared, *host_calls));
         }
     }
     samples
@@ -284,6 +333,7 @@ fn load_average() -> String {
 }
 
 fn main() {
+    let quick = std::env::var_os("NSB_BENCH_QUICK").is_some();
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("..");
     let (ours_path, ours_wasm) = module(
         "POLICY_WASM",
@@ -292,7 +342,7 @@ fn main() {
     );
     let (noop_path, noop_wasm) = module(
         "NOOP_POLICY_WASM",
-        target.join("wasm32-wasip1/policy/namespace_baseline_noop_policy.wasm"),
+        target.join("noop-policy.wasm"),
         "make bench-policy",
     );
     let output = Path::new(env!("CARGO_TARGET_TMPDIR")).join("criterion");
@@ -326,70 +376,44 @@ fn main() {
         let allowed = fixture.expect.allowed.expect("expect.allowed");
         // Every path reaches the fixture's verdict (the no-op: acceptance) before it is timed.
         let wasm = ours
-            .call(VALIDATE, &prepared.payload, &prepared.cluster)
+            .call_shared(VALIDATE, &prepared.payload, &prepared.cluster)
             .expect("an answer");
         assert_eq!(accepted(&wasm.response), allowed, "{}", case.class);
-        let expected_calls = match case.role {
-            Role::ContextAware | Role::Holes => 1,
-            Role::SettingsGoal | Role::SettingsInfo => 0,
-        };
         assert_eq!(
             wasm.capability_calls().count(),
-            expected_calls,
+            usize::from(prepared.host_call.is_some()),
             "{}",
             case.class
         );
-        let native = namespace_baseline_policy::evaluate(&prepared.payload, &prepared.native)
-            .expect("a verdict");
+        let native = evaluate_in_host(&prepared.payload, &prepared.native).expect("a verdict");
         assert_eq!(native.is_allowed(), allowed, "{}", case.class);
         let floor = noop
-            .call(VALIDATE, &prepared.payload, &prepared.cluster)
+            .call_shared(VALIDATE, &prepared.payload, &prepared.cluster)
             .expect("an answer");
         assert!(accepted(&floor.response), "the no-op accepts");
-
+        if quick {
+            continue;
+        }
         let mut group = criterion.benchmark_group(case.class);
-        group.bench_function(BenchmarkId::from_parameter("wasm"), |b| {
-            b.iter(|| {
-                ours.call(VALIDATE, &prepared.payload, &prepared.cluster)
-                    .unwrap()
-            })
-        });
-        group.bench_function(BenchmarkId::from_parameter("noop"), |b| {
-            b.iter(|| {
-                noop.call(VALIDATE, &prepared.payload, &prepared.cluster)
-                    .unwrap()
-            })
-        });
+        for (variant, host) in [("wasm", &mut ours), ("noop", &mut noop)] {
+            group.bench_function(BenchmarkId::from_parameter(variant), |b| {
+                b.iter(|| {
+                    host.call_shared(VALIDATE, &prepared.payload, &prepared.cluster)
+                        .unwrap()
+                })
+            });
+        }
         group.bench_function(BenchmarkId::from_parameter("native"), |b| {
-            b.iter(|| {
-                namespace_baseline_policy::evaluate(&prepared.payload, &prepared.native).unwrap()
-            })
+            b.iter(|| evaluate_in_host(&prepared.payload, &prepared.native).unwrap())
         });
         group.finish();
     }
-    criterion.final_summary();
+    if !quick {
+        criterion.final_summary();
+    }
 
     let rounds = interleaved(&mut ours, &mut noop, &cases);
     let load_after = load_average();
-
-    let estimate = |class: &str, variant: &str| -> (f64, f64) {
-        let file = output.join(class).join(variant).join("new/estimates.json");
-        let text =
-            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let value: Value = serde_json::from_str(&text).expect("criterion's estimates");
-        (
-            value["median"]["point_estimate"]
-                .as_f64()
-                .expect("a median"),
-            value["median_abs_dev"]["point_estimate"]
-                .as_f64()
-                .expect("a MAD"),
-        )
-    };
-    let pair = cases
-        .iter()
-        .position(|prepared| prepared.case.class == SETTINGS_PAIR)
-        .expect("the settings-only pair");
 
     println!();
     println!(
@@ -405,66 +429,79 @@ fn main() {
         cold_noop
     );
     println!("load average (1, 5, 15 min): {load_before} before, {load_after} after");
-    println!();
-    println!("criterion (per class and variant; µs):");
-    println!(
-        "{:<24} {:>10} {:>8} {:>10} {:>8} {:>10} {:>8} {:>9}",
-        "class", "wasm", "MAD", "no-op", "MAD", "native", "MAD", "wasm/noop"
-    );
-    for prepared in &cases {
-        let class = prepared.case.class;
-        let (wasm, wasm_mad) = estimate(class, "wasm");
-        let (floor, floor_mad) = estimate(class, "noop");
-        let (native, native_mad) = estimate(class, "native");
+    if !quick {
+        let estimate = |class: &str, variant: &str| -> (f64, f64) {
+            let file = output.join(class).join(variant).join("new/estimates.json");
+            let text = std::fs::read_to_string(&file)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let value: Value = serde_json::from_str(&text).expect("criterion's estimates");
+            (
+                value["median"]["point_estimate"]
+                    .as_f64()
+                    .expect("a median"),
+                value["median_abs_dev"]["point_estimate"]
+                    .as_f64()
+                    .expect("a MAD"),
+            )
+        };
+        println!();
+        println!("criterion (per class and variant; µs):");
         println!(
-            "{:<24} {:>10.2} {:>8.2} {:>10.2} {:>8.2} {:>10.2} {:>8.2} {:>8.2}x",
-            class,
-            wasm / 1e3,
-            wasm_mad / 1e3,
-            floor / 1e3,
-            floor_mad / 1e3,
-            native / 1e3,
-            native_mad / 1e3,
-            wasm / floor
+            "{:<24} {:>10} {:>8} {:>10} {:>8} {:>10} {:>8} {:>9}",
+            "class", "wasm", "MAD", "no-op", "MAD", "native", "MAD", "wasm/noop"
         );
+        for prepared in &cases {
+            let class = prepared.case.class;
+            let (wasm, wasm_mad) = estimate(class, "wasm");
+            let (floor, floor_mad) = estimate(class, "noop");
+            let (native, native_mad) = estimate(class, "native");
+            println!(
+                "{:<24} {:>10.2} {:>8.2} {:>10.2} {:>8.2} {:>10.2} {:>8.2} {:>8.2}x",
+                class,
+                wasm / 1e3,
+                wasm_mad / 1e3,
+                floor / 1e3,
+                floor_mad / 1e3,
+                native / 1e3,
+                native_mad / 1e3,
+                wasm / floor
+            );
+        }
     }
+    let pair = cases
+        .iter()
+        .position(|prepared| prepared.case.class == SETTINGS_PAIR)
+        .expect("the settings-only pair");
     println!();
     println!(
-        "interleaved ({ROUNDS} rounds, every variant in turn, ~{} ms batches; medians over the rounds, ratios = medians of per-round ratios):",
+        "interleaved ({ROUNDS} rounds, every variant in turn, ~{} ms batches; medians over the rounds, ratios = medians of per-round ratios; host = the test host answering the host call, natively):",
         BATCH_TARGET.as_millis()
     );
     println!(
-        "{:<24} {:>10} {:>10} {:>10} {:>14} {:>26}",
-        "class", "wasm µs", "no-op µs", "wasm/noop", "vs settings", "goal"
+        "{:<24} {:>10} {:>10} {:>10} {:>10} {:>12} {:>24}",
+        "class", "wasm µs", "no-op µs", "host µs", "wasm/noop", "vs settings", "goal"
     );
-    for (index, prepared) in cases.iter().enumerate() {
-        let [ours_rounds, noop_rounds] = &rounds[index];
-        let ratio = per_round_ratio(ours_rounds, noop_rounds);
-        let versus = per_round_ratio(ours_rounds, &rounds[pair][0]);
+    for (prepared, class) in cases.iter().zip(&rounds) {
+        let ratio = per_round_ratio(&class.ours, &class.noop);
+        let versus = per_round_ratio(&class.ours, &rounds[pair].ours);
+        let verdict = |met: bool| if met { "met" } else { "MISSED" };
         let goal = match prepared.case.role {
             Role::SettingsGoal => format!(
-                "wasm/noop ≤ {SETTINGS_GOAL}: {}",
-                if ratio <= SETTINGS_GOAL {
-                    "met"
-                } else {
-                    "MISSED"
-                }
+                "wasm/noop <= {SETTINGS_GOAL}: {}",
+                verdict(ratio <= SETTINGS_GOAL)
             ),
             Role::ContextAware if prepared.case.baselines == Some(100) => format!(
-                "vs settings ≤ {CONTEXT_AWARE_GOAL}: {}",
-                if versus <= CONTEXT_AWARE_GOAL {
-                    "met"
-                } else {
-                    "MISSED"
-                }
+                "vs settings <= {CONTEXT_AWARE_GOAL}: {}",
+                verdict(versus <= CONTEXT_AWARE_GOAL)
             ),
             _ => "-".to_owned(),
         };
         println!(
-            "{:<24} {:>10.2} {:>10.2} {:>9.2}x {:>13.2}x {:>26}",
+            "{:<24} {:>10.2} {:>10.2} {:>10.2} {:>9.2}x {:>11.2}x {:>24}",
             prepared.case.class,
-            median(ours_rounds.clone()) / 1e3,
-            median(noop_rounds.clone()) / 1e3,
+            median(class.ours.clone()) / 1e3,
+            median(class.noop.clone()) / 1e3,
+            median(class.host.clone()) / 1e3,
             ratio,
             versus,
             goal

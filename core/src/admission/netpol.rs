@@ -1,0 +1,469 @@
+//! A NetworkPolicy's spec, read from the JSON of a request as k8s-openapi would read it into
+//! `NetworkPolicySpec`, without building those types (their readers were a tenth of the
+//! policy's wasm module): which specs read ([`SPEC`], [`is_valid`]), which rules read equal
+//! ([`rules_equal`]), the holes a spec opens ([`spec_holes`]); and the comparison of two specs
+//! as the wall's drift check canonicalizes them ([`canonical_eq`]).
+//!
+//! The schema is that of k8s-openapi 0.28 for NetworkPolicySpec: every field may be absent
+//! or `null`; a field the schema does not name is ignored whatever it holds; a string field
+//! k8s-openapi requires (`cidr`, `key`, `operator`) reads as `""` when absent or `null`;
+//! numbers are 32-bit integers (a float or an out-of-range number does not read); list items
+//! and map values are never `null`; a struct is a JSON object.
+
+use std::collections::BTreeMap;
+
+use super::json::Json as Value;
+use super::view::Text;
+use crate::holes::{Direction, Hole, PeerShape, hole};
+
+type Map<'a> = BTreeMap<Text<'a>, Value<'a>>;
+
+/// What a field of the schema holds.
+pub(crate) enum Kind {
+    Str,
+    /// A string k8s-openapi requires: absent or `null` reads as `""`.
+    RequiredStr,
+    Int32,
+    IntOrString,
+    /// `BTreeMap<String, String>`.
+    StrMap,
+    List(&'static Kind),
+    Struct(&'static [(&'static str, Kind)]),
+}
+
+const LABEL_SELECTOR_REQUIREMENT: Kind = Kind::Struct(&[
+    ("key", Kind::RequiredStr),
+    ("operator", Kind::RequiredStr),
+    ("values", Kind::List(&Kind::Str)),
+]);
+const LABEL_SELECTOR: Kind = Kind::Struct(&[
+    ("matchExpressions", Kind::List(&LABEL_SELECTOR_REQUIREMENT)),
+    ("matchLabels", Kind::StrMap),
+]);
+const IP_BLOCK: Kind = Kind::Struct(&[
+    ("cidr", Kind::RequiredStr),
+    ("except", Kind::List(&Kind::Str)),
+]);
+const PEER: Kind = Kind::Struct(&[
+    ("ipBlock", IP_BLOCK),
+    ("namespaceSelector", LABEL_SELECTOR),
+    ("podSelector", LABEL_SELECTOR),
+]);
+const PORT: Kind = Kind::Struct(&[
+    ("endPort", Kind::Int32),
+    ("port", Kind::IntOrString),
+    ("protocol", Kind::Str),
+]);
+const INGRESS_RULE: Kind =
+    Kind::Struct(&[("from", Kind::List(&PEER)), ("ports", Kind::List(&PORT))]);
+const EGRESS_RULE: Kind = Kind::Struct(&[("ports", Kind::List(&PORT)), ("to", Kind::List(&PEER))]);
+/// `NetworkPolicySpec`.
+pub(crate) const SPEC: Kind = Kind::Struct(&[
+    ("egress", Kind::List(&EGRESS_RULE)),
+    ("ingress", Kind::List(&INGRESS_RULE)),
+    ("podSelector", LABEL_SELECTOR),
+    ("policyTypes", Kind::List(&Kind::Str)),
+]);
+
+/// A field's value, absent and `null` alike being `None`.
+fn field<'v, 'a>(object: &'v Map<'a>, name: &str) -> Option<&'v Value<'a>> {
+    object.get(name).filter(|value| !value.is_null())
+}
+
+fn is_int32(value: &Value<'_>) -> bool {
+    value
+        .as_i64()
+        .is_some_and(|number| i32::try_from(number).is_ok())
+}
+
+/// Whether `value` (not `null`: a field's `null` is its absence) reads as `kind`.
+pub(crate) fn is_valid(value: &Value<'_>, kind: &Kind) -> bool {
+    match kind {
+        Kind::Str | Kind::RequiredStr => value.is_string(),
+        Kind::Int32 => is_int32(value),
+        Kind::IntOrString => value.is_string() || is_int32(value),
+        Kind::StrMap => value
+            .as_object()
+            .is_some_and(|map| map.values().all(|value| value.is_string())),
+        Kind::List(item) => value
+            .as_array()
+            .is_some_and(|items| items.iter().all(|value| is_valid(value, item))),
+        Kind::Struct(fields) => value.as_object().is_some_and(|object| {
+            fields
+                .iter()
+                .all(|(name, kind)| field(object, name).is_none_or(|value| is_valid(value, kind)))
+        }),
+    }
+}
+
+/// Whether two values that read as `kind` read as equal values.
+fn equal(a: &Value<'_>, b: &Value<'_>, kind: &Kind) -> bool {
+    match kind {
+        Kind::List(item) => a.as_array().zip(b.as_array()).is_some_and(|(a, b)| {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| equal(a, b, item))
+        }),
+        Kind::Struct(fields) => a.as_object().zip(b.as_object()).is_some_and(|(a, b)| {
+            fields.iter().all(
+                |(name, kind)| match (field(a, name), field(b, name), kind) {
+                    (None, None, _) => true,
+                    (Some(a), Some(b), kind) => equal(a, b, kind),
+                    (Some(value), None, Kind::RequiredStr)
+                    | (None, Some(value), Kind::RequiredStr) => value.as_str() == Some(""),
+                    _ => false,
+                },
+            )
+        }),
+        _ => a == b,
+    }
+}
+
+/// Whether two rules (of `direction`) of specs that read are equal as k8s-openapi's types.
+pub(crate) fn rules_equal(direction: Direction, a: &Value<'_>, b: &Value<'_>) -> bool {
+    let kind = match direction {
+        Direction::Ingress => &INGRESS_RULE,
+        Direction::Egress => &EGRESS_RULE,
+    };
+    equal(a, b, kind)
+}
+
+/// Rule `index` of `direction` in a spec that reads.
+pub(crate) fn rule<'v, 'a>(
+    spec: &'v Value<'a>,
+    direction: Direction,
+    index: usize,
+) -> Option<&'v Value<'a>> {
+    let list = match direction {
+        Direction::Ingress => "ingress",
+        Direction::Egress => "egress",
+    };
+    spec.as_object()
+        .and_then(|spec| field(spec, list))
+        .and_then(Value::as_array)
+        .and_then(|rules| rules.get(index))
+}
+
+fn selects_everything(selector: Option<&Value<'_>>) -> bool {
+    selector.and_then(Value::as_object).is_none_or(|selector| {
+        ["matchLabels", "matchExpressions"].iter().all(|name| {
+            field(selector, name).is_none_or(|value| match value {
+                Value::Object(map) => map.is_empty(),
+                Value::Array(items) => items.is_empty(),
+                _ => false,
+            })
+        })
+    })
+}
+
+fn peer_shape<'v>(peer: &'v Value<'_>) -> PeerShape<'v> {
+    let peer = peer.as_object();
+    let get = |name| peer.and_then(|peer| field(peer, name));
+    PeerShape {
+        ip_block: get("ipBlock").map(|block| {
+            block
+                .as_object()
+                .and_then(|block| field(block, "cidr"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        }),
+        namespaces: get("namespaceSelector").map(|selector| selects_everything(Some(selector))),
+        pods_all: selects_everything(get("podSelector")),
+    }
+}
+
+/// The holes a spec that reads opens, named `policy` ([`crate::holes::spec_holes`] for the
+/// JSON of a spec).
+pub(crate) fn spec_holes(policy: &str, spec: &Value<'_>) -> Vec<Hole> {
+    let Some(spec) = spec.as_object() else {
+        return Vec::new();
+    };
+    let list = |name| {
+        field(spec, name)
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice)
+    };
+    // `policyTypes` when given, else Ingress always and Egress when there are egress rules.
+    let (ingress_on, egress_on) = match field(spec, "policyTypes").and_then(Value::as_array) {
+        Some(types) if !types.is_empty() => {
+            let has = |wanted: &str| types.iter().any(|kind| kind.as_str() == Some(wanted));
+            (has("Ingress"), has("Egress"))
+        }
+        _ => (true, !list("egress").is_empty()),
+    };
+    let mut found = Vec::new();
+    for (on, direction, peers) in [
+        (ingress_on, Direction::Ingress, "from"),
+        (egress_on, Direction::Egress, "to"),
+    ] {
+        if !on {
+            continue;
+        }
+        let rules = list(match direction {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        });
+        for (index, rule) in rules.iter().enumerate() {
+            let rule = rule.as_object();
+            let get = |name| {
+                rule.and_then(|rule| field(rule, name))
+                    .and_then(Value::as_array)
+            };
+            found.push(hole(
+                policy,
+                direction,
+                index,
+                get(peers).into_iter().flatten().map(peer_shape),
+                get("ports").is_none_or(Vec::is_empty),
+            ));
+        }
+    }
+    found
+}
+
+/// Whether two specs are equal once nulls, empty lists and empty maps are dropped from their
+/// objects: `canonical_json(a) == canonical_json(b)` of the wall's drift check
+/// ([`crate::wall`]), compared in place.
+pub(crate) fn canonical_eq(a: &Value<'_>, b: &Value<'_>) -> bool {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            let same = |a: &Map<'_>, b: &Map<'_>| {
+                a.iter().all(|(key, value)| match b.get(key) {
+                    Some(other) if !dropped(value) || !dropped(other) => canonical_eq(value, other),
+                    _ => dropped(value),
+                })
+            };
+            same(a, b) && same(b, a)
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| canonical_eq(a, b))
+        }
+        (a, b) => a == b,
+    }
+}
+
+/// Whether a value is dropped from its object: null, an empty list, or an object whose
+/// entries are all dropped.
+fn dropped(value: &Value<'_>) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.values().all(dropped),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::networking::v1::{
+        NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicySpec,
+    };
+    use rstest::rstest;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::admission::json::Json;
+    use crate::wall::canonical_json;
+
+    /// The same JSON, as the policy reads it from a request.
+    fn read(value: &Value) -> Json<'static> {
+        serde_json::from_str::<Json<'_>>(&value.to_string())
+            .unwrap()
+            .into_owned()
+    }
+
+    /// What k8s-openapi makes of a spec, the way the policy read it before: the JSON text.
+    fn k8s(spec: &Value) -> Option<NetworkPolicySpec> {
+        serde_json::from_str(&spec.to_string()).ok()
+    }
+
+    fn specs() -> Vec<Value> {
+        let peers = [
+            json!({}),
+            json!({"ipBlock": {"cidr": "0.0.0.0/0"}}),
+            json!({"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}),
+            json!({"ipBlock": {}}),
+            json!({"ipBlock": {"cidr": null}}),
+            json!({"ipBlock": {"cidr": ""}}),
+            json!({"ipBlock": {"cidr": 5}}),
+            json!({"ipBlock": null}),
+            json!({"ipBlock": []}),
+            json!({"namespaceSelector": {}}),
+            json!({"namespaceSelector": {"matchLabels": {}}, "podSelector": {"matchExpressions": []}}),
+            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}}),
+            json!({"namespaceSelector": {"matchLabels": {"team": null}}}),
+            json!({"namespaceSelector": {"matchLabels": null}}),
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": ["x"]}]}}),
+            json!({"namespaceSelector": {"matchExpressions": [{"operator": "Exists"}]}}),
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "", "operator": "Exists"}]}}),
+            json!({"namespaceSelector": {"matchExpressions": [{"key": null, "operator": "Exists"}]}}),
+            json!({"namespaceSelector": {"matchExpressions": [null]}}),
+            json!({"namespaceSelector": {"matchExpressions": [{"values": [null]}]}}),
+            json!({"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "web"}}}),
+            json!({"podSelector": {}}),
+            json!({"podSelector": {"matchLabels": {"app": "web"}}, "unknown": [1, {"x": null}]}),
+            json!(null),
+            json!("peer"),
+        ];
+        let ports = [
+            json!({"port": 80}),
+            json!({"port": "http"}),
+            json!({"port": 80.0}),
+            json!({"port": -1}),
+            json!({"port": 2147483648u64}),
+            json!({"port": 1, "endPort": 65535}),
+            json!({"port": 1, "endPort": "x"}),
+            json!({"port": 1, "endPort": 2.5}),
+            json!({"protocol": "UDP", "port": 53}),
+            json!({"protocol": 17}),
+            json!({"port": true}),
+            json!({"port": null, "endPort": null, "protocol": null}),
+            json!({}),
+        ];
+        let mut rules = vec![
+            json!({}),
+            json!({"from": []}),
+            json!({"from": null, "ports": []}),
+        ];
+        for peer in &peers {
+            rules.push(json!({"from": [peer]}));
+            rules.push(json!({"from": [{"podSelector": {}}, peer], "ports": [{"port": 443}]}));
+        }
+        for port in &ports {
+            rules.push(json!({"ports": [port]}));
+        }
+        let mut specs = vec![
+            json!({}),
+            json!({"podSelector": {}}),
+            json!({"podSelector": null, "policyTypes": ["Ingress", "Egress"]}),
+            json!({"policyTypes": ["Egress"]}),
+            json!({"policyTypes": []}),
+            json!({"policyTypes": [null]}),
+            json!({"policyTypes": "Ingress"}),
+            json!({"ingress": null, "egress": []}),
+            json!({"ingress": {}}),
+            json!({"ingress": [null]}),
+            json!([]),
+            json!("spec"),
+            json!(5),
+        ];
+        for rule in &rules {
+            specs.push(json!({"podSelector": {}, "ingress": [rule]}));
+            let egress = match rule {
+                Value::Object(map) => Value::Object(
+                    map.iter()
+                        .map(|(key, value)| {
+                            (
+                                if key == "from" {
+                                    "to".into()
+                                } else {
+                                    key.clone()
+                                },
+                                value.clone(),
+                            )
+                        })
+                        .collect(),
+                ),
+                other => other.clone(),
+            };
+            specs.push(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [egress]}));
+            specs.push(json!({"egress": [egress], "ingress": [rule, {}]}));
+        }
+        specs
+    }
+
+    #[test]
+    fn specs_read_as_k8s_openapi_reads_them() {
+        for spec in specs() {
+            assert_eq!(
+                is_valid(&read(&spec), &SPEC),
+                k8s(&spec).is_some(),
+                "{spec}"
+            );
+        }
+    }
+
+    #[test]
+    fn holes_are_those_of_the_k8s_types() {
+        for spec in specs() {
+            if let Some(typed) = k8s(&spec) {
+                assert_eq!(
+                    spec_holes("web", &read(&spec)),
+                    crate::holes::spec_holes("web", &typed),
+                    "{spec}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rules_are_equal_when_the_k8s_types_are() {
+        let specs: Vec<(Value, NetworkPolicySpec)> = specs()
+            .into_iter()
+            .filter_map(|spec| k8s(&spec).map(|typed| (spec, typed)))
+            .collect();
+        let ingress: Vec<(&Value, &NetworkPolicyIngressRule)> = specs
+            .iter()
+            .flat_map(|(spec, typed)| {
+                spec["ingress"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .zip(typed.ingress.iter().flatten())
+            })
+            .collect();
+        let egress: Vec<(&Value, &NetworkPolicyEgressRule)> = specs
+            .iter()
+            .flat_map(|(spec, typed)| {
+                spec["egress"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .zip(typed.egress.iter().flatten())
+            })
+            .collect();
+        assert!(ingress.len() > 50 && egress.len() > 50);
+        for (a, typed_a) in &ingress {
+            for (b, typed_b) in &ingress {
+                assert_eq!(
+                    rules_equal(Direction::Ingress, &read(a), &read(b)),
+                    typed_a == typed_b,
+                    "{a} {b}"
+                );
+            }
+        }
+        for (a, typed_a) in &egress {
+            for (b, typed_b) in &egress {
+                assert_eq!(
+                    rules_equal(Direction::Egress, &read(a), &read(b)),
+                    typed_a == typed_b,
+                    "{a} {b}"
+                );
+            }
+        }
+    }
+
+    #[rstest]
+    #[case(json!(null), json!(null))]
+    #[case(json!(null), json!({}))]
+    #[case(json!({}), json!({"a": null, "b": [], "c": {"d": null, "e": {}}}))]
+    #[case(json!({"a": [{}]}), json!({"a": [{"x": null}]}))]
+    #[case(json!({"a": [{}]}), json!({"a": []}))]
+    #[case(json!({"a": [null]}), json!({"a": [{}]}))]
+    #[case(json!({"a": 1}), json!({"a": 1.0}))]
+    #[case(json!({"a": "x"}), json!({"a": "x", "b": 0}))]
+    #[case(json!({"a": {"b": [1, 2]}}), json!({"a": {"b": [1, 2]}, "c": {}}))]
+    #[case(json!({"a": {"b": [1, 2]}}), json!({"a": {"b": [2, 1]}}))]
+    #[case(json!([{"a": null}]), json!([{}]))]
+    #[case(json!({"a": false}), json!({}))]
+    #[case(json!({"a": ""}), json!({}))]
+    fn canonical_eq_is_equality_of_canonical_json(#[case] a: Value, #[case] b: Value) {
+        let expected = canonical_json(&a) == canonical_json(&b);
+        assert_eq!(canonical_eq(&read(&a), &read(&b)), expected, "{a} {b}");
+        assert_eq!(canonical_eq(&read(&b), &read(&a)), expected, "{b} {a}");
+        for spec in specs() {
+            assert_eq!(
+                canonical_eq(&read(&spec), &read(&a)),
+                canonical_json(&spec) == canonical_json(&a)
+            );
+        }
+    }
+}

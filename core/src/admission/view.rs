@@ -1,0 +1,270 @@
+//! The request as the rules read it, borrowing the payload's text: the same fields, types and
+//! defaults as the public [`AdmissionRequest`] (so that exactly the same requests can be
+//! read), without a copy of every string per request. [`AdmissionRequest`] itself is read
+//! into these views by borrowing ([`RequestRef::of`]), so both go through the same rules.
+
+use std::borrow::{Borrow, Cow};
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Deref;
+
+use serde::Deserialize;
+
+pub(crate) use super::borrowed::{
+    AdmissionRequest as RequestRef, GroupVersionKind as KindRef, LiveBaseline as LiveBaselineRef,
+    LiveBaselineMetadata as LiveBaselineMetadataRef, LiveBaselineSpec as LiveBaselineSpecRef,
+    MetadataView as MetadataRef, ObjectView as ObjectRef, UserInfo as UserRef,
+};
+use super::json::Json;
+use super::{AdmissionRequest, ObjectView};
+use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::selector::LabelSelector;
+use crate::spec::Mode;
+
+/// A string of the payload: borrowed unless it had escapes to undo.
+#[derive(Deserialize, Clone, Default)]
+#[serde(transparent)]
+pub struct Text<'a>(#[serde(borrow)] pub Cow<'a, str>);
+
+impl Text<'_> {
+    /// A copy that owns its text.
+    pub fn into_owned(self) -> Text<'static> {
+        Text(Cow::Owned(self.0.into_owned()))
+    }
+}
+
+impl<'a> From<&'a str> for Text<'a> {
+    fn from(text: &'a str) -> Self {
+        Self(Cow::Borrowed(text))
+    }
+}
+
+impl Deref for Text<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Borrow<str> for Text<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq for Text<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        *self.0 == *other.0
+    }
+}
+
+impl Eq for Text<'_> {}
+
+impl PartialOrd for Text<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Text<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (*self.0).cmp(&*other.0)
+    }
+}
+
+impl fmt::Debug for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Labels, as a `BTreeMap<String, String>` holds them (the last of a repeated key wins).
+pub type Labels<'a> = BTreeMap<Text<'a>, Text<'a>>;
+
+/// Whether labels claim an object is managed by Namespace Baseline
+/// ([`crate::identity::claims_management`]).
+pub(crate) fn claims_management(labels: &Labels<'_>) -> bool {
+    labels.get(MANAGED_BY_LABEL).map(|value| &**value) == Some(MANAGED_BY_VALUE)
+        || labels.contains_key(BASELINE_LABEL)
+}
+
+impl<'a> RequestRef<'a> {
+    /// The view of a request read into the public types.
+    pub fn of(request: &'a AdmissionRequest) -> Self {
+        let text = |value: &'a String| Text::from(value.as_str());
+        Self {
+            uid: text(&request.uid),
+            kind: KindRef {
+                group: text(&request.kind.group),
+                version: text(&request.kind.version),
+                kind: text(&request.kind.kind),
+            },
+            sub_resource: text(&request.sub_resource),
+            name: text(&request.name),
+            namespace: text(&request.namespace),
+            operation: text(&request.operation),
+            user_info: UserRef {
+                username: text(&request.user_info.username),
+                groups: request.user_info.groups.iter().map(text).collect(),
+            },
+            object: request.object.as_ref().map(ObjectRef::of),
+            old_object: request.old_object.as_ref().map(ObjectRef::of),
+            dry_run: request.dry_run,
+        }
+    }
+
+    pub fn is_network_policy(&self) -> bool {
+        *self.kind.group == *"networking.k8s.io" && *self.kind.kind == *"NetworkPolicy"
+    }
+
+    pub fn is_namespace(&self) -> bool {
+        self.kind.group.is_empty() && *self.kind.kind == *"Namespace"
+    }
+}
+
+impl<'a> ObjectRef<'a> {
+    /// The view of an object read into the public types.
+    pub fn of(object: &'a ObjectView) -> Self {
+        Self {
+            metadata: MetadataRef {
+                name: Text::from(object.metadata.name.as_str()),
+                namespace: Text::from(object.metadata.namespace.as_str()),
+                labels: object
+                    .metadata
+                    .labels
+                    .iter()
+                    .map(|(key, value)| (Text::from(key.as_str()), Text::from(value.as_str())))
+                    .collect(),
+            },
+            // The same JSON, read as the payload's is (the typed path is the tests' and the
+            // playground's, never the policy's: a copy does no harm there).
+            spec: serde_json::from_slice::<Json<'_>>(object.spec.to_string().as_bytes())
+                .map(Json::into_owned)
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// A label that puts namespaces behind a wall ([`super::Guard`], borrowed): `key=value` or
+/// `key`, and the baseline it comes from when it was read from the cluster rather than the
+/// policy's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GuardRef<'a> {
+    pub key: &'a str,
+    pub value: Option<&'a str>,
+    pub baseline: Option<&'a str>,
+}
+
+impl<'a> GuardRef<'a> {
+    /// The guard of a `namespaceLabel`, if it parses ([`LabelSelector::split`]).
+    pub fn parse(namespace_label: &'a str, baseline: Option<&'a str>) -> Option<Self> {
+        let (key, value) = LabelSelector::split(namespace_label).ok()?;
+        Some(Self {
+            key,
+            value,
+            baseline,
+        })
+    }
+
+    /// The guard of the public [`super::Guard`].
+    pub fn of(guard: &'a super::Guard) -> Self {
+        Self {
+            key: guard.selector.key(),
+            value: guard.selector.value(),
+            baseline: guard.baseline.as_deref(),
+        }
+    }
+
+    /// Whether a namespace with these labels is covered ([`LabelSelector::matches`]).
+    pub fn matches(&self, labels: &Labels<'_>) -> bool {
+        match (self.value, labels.get(self.key)) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(wanted), Some(actual)) => wanted == &**actual,
+        }
+    }
+
+    /// The selector as written (`key=value` or `key`).
+    pub fn selector(&self) -> Selector<'a> {
+        Selector(self.key, self.value)
+    }
+}
+
+/// `key=value` or `key`, as [`LabelSelector`] displays itself.
+pub(crate) struct Selector<'a>(&'a str, Option<&'a str>);
+
+impl fmt::Display for Selector<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)?;
+        if let Some(value) = self.1 {
+            f.write_str("=")?;
+            f.write_str(value)?;
+        }
+        Ok(())
+    }
+}
+
+/// As [`super::Guard`] displays itself.
+impl fmt::Display for GuardRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.baseline {
+            Some(name) => write!(
+                f,
+                "NamespaceBaseline {name:?} (namespaceLabel {})",
+                self.selector()
+            ),
+            None => write!(f, "the guard label {} (policy settings)", self.selector()),
+        }
+    }
+}
+
+impl<'a> LiveBaselineRef<'a> {
+    pub fn of(baseline: &'a super::LiveBaseline) -> Self {
+        Self {
+            metadata: LiveBaselineMetadataRef {
+                name: Text::from(baseline.metadata.name.as_str()),
+            },
+            spec: LiveBaselineSpecRef {
+                namespace_label: Text::from(baseline.spec.namespace_label.as_str()),
+                mode: baseline.spec.mode,
+            },
+        }
+    }
+
+    /// The guard this baseline enforces, if any ([`super::LiveBaseline::guard`]).
+    pub fn guard(&self) -> Option<GuardRef<'_>> {
+        if self.spec.mode == Mode::Audit {
+            return None;
+        }
+        GuardRef::parse(&self.spec.namespace_label, Some(&self.metadata.name))
+    }
+
+    /// The key part of its `namespaceLabel` (whether or not the rest is valid): only a
+    /// namespace carrying that key can match it.
+    pub fn label_key(&self) -> &str {
+        let label: &str = &self.spec.namespace_label;
+        label.split_once('=').map_or(label, |(key, _)| key)
+    }
+}
+
+/// The list the host answers is a `NamespaceBaselineList`, read with k8s-openapi's `List`.
+impl k8s_openapi::Resource for LiveBaselineRef<'_> {
+    const API_VERSION: &'static str = "hedronite.io/v1alpha1";
+    const GROUP: &'static str = crate::identity::GROUP;
+    const KIND: &'static str = crate::identity::KIND;
+    const VERSION: &'static str = crate::identity::VERSION;
+    const URL_PATH_SEGMENT: &'static str = "namespacebaselines";
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
+
+impl k8s_openapi::ListableResource for LiveBaselineRef<'_> {
+    const LIST_KIND: &'static str = "NamespaceBaselineList";
+}
