@@ -13,7 +13,7 @@ all: policy.wasm
 
 .PHONY: wasm-target
 wasm-target:
-	@rustup target list --installed | grep -qx '$(WASM_TARGET)' || { \
+	@rustup target list --installed | grep -x >/dev/null '$(WASM_TARGET)' || { \
 		echo ">> installing the Rust $(WASM_TARGET) target"; rustup target add $(WASM_TARGET); }
 
 # wasm-opt (binaryen 108, Debian's and Ubuntu's `binaryen` package; e2e-tests/setup.sh
@@ -55,7 +55,7 @@ WASM_BINDGEN = $(WASM_BINDGEN_ROOT)/bin/wasm-bindgen
 
 .PHONY: playground-target
 playground-target:
-	@rustup target list --installed | grep -qx '$(PLAYGROUND_TARGET)' || { \
+	@rustup target list --installed | grep -x >/dev/null '$(PLAYGROUND_TARGET)' || { \
 		echo ">> installing the Rust $(PLAYGROUND_TARGET) target"; rustup target add $(PLAYGROUND_TARGET); }
 
 # `--locked` first; wasm-bindgen-cli's own lockfile can name a crate version the registry no
@@ -209,8 +209,8 @@ hack-check: cargo-hakari
 MSRV := $(shell awk -F'"' '/^rust-version/ { print $$2; exit }' Cargo.toml)
 .PHONY: msrv
 msrv:
-	@rustup toolchain list | grep -q '^$(MSRV)' || { echo ">> installing Rust $(MSRV)"; rustup toolchain install $(MSRV) --profile minimal; }
-	@rustup target list --toolchain $(MSRV) --installed | grep -qx '$(WASM_TARGET)' || rustup target add --toolchain $(MSRV) $(WASM_TARGET)
+	@rustup toolchain list | grep >/dev/null '^$(MSRV)' || { echo ">> installing Rust $(MSRV)"; rustup toolchain install $(MSRV) --profile minimal; }
+	@rustup target list --toolchain $(MSRV) --installed | grep -x >/dev/null '$(WASM_TARGET)' || rustup target add --toolchain $(MSRV) $(WASM_TARGET)
 	$(CARGO) +$(MSRV) check --locked -p namespace-baseline-core -p namespace-baseline-reconciler -p namespace-baseline-playground
 	$(CARGO) +$(MSRV) check --locked -p $(POLICY_PACKAGE) --target $(WASM_TARGET)
 

@@ -24,7 +24,7 @@ log() { nsb_log "$@"; }
 if [[ "${1:-}" == --print-path ]]; then echo "$BIN"; exit 0; fi
 [[ $# -eq 0 ]] || { echo "usage: $0 [--print-path]" >&2; exit 2; }
 
-cached_ok() { [[ -x "$BIN" ]] && "$BIN" version --short 2>/dev/null | grep -q "^${HELM_VERSION}"; }
+cached_ok() { [[ -x "$BIN" ]] && "$BIN" version --short 2>/dev/null | grep >/dev/null "^${HELM_VERSION}"; }
 
 mkdir -p "$DIR"
 exec 9>"$DIR/.build.lock"

@@ -67,7 +67,7 @@ TARGET_DIR="$(nsb_target_dir)"
 
 # As `make policy.wasm` does, but from cargo's actual target directory (CARGO_TARGET_DIR).
 nsb_say "1/3 building the policy for wasm32-wasip1"
-if ! rustup target list --installed | grep -qx wasm32-wasip1; then
+if ! rustup target list --installed | grep -x >/dev/null wasm32-wasip1; then
   nsb_say "    installing the Rust wasm32-wasip1 target (rustup target add)"
   rustup target add wasm32-wasip1
 fi

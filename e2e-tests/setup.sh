@@ -44,7 +44,7 @@ fi
 apt_missing() {
   local pkg
   for pkg in "$@"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || echo "$pkg"
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep >/dev/null 'install ok installed' || echo "$pkg"
   done
 }
 
@@ -77,13 +77,13 @@ fi
 # Rust: components and targets (rustup installs them without root).
 if command -v rustup >/dev/null; then
   for component in rustfmt clippy; do
-    rustup component list --installed 2>/dev/null | grep -q "^$component" || {
+    rustup component list --installed 2>/dev/null | grep >/dev/null "^$component" || {
       if ((check_only)); then problems+=("rustup component $component"); else
         say "rustup component add $component"; rustup component add "$component"; fi
     }
   done
   for target in wasm32-wasip1 wasm32-unknown-unknown; do
-    rustup target list --installed | grep -qx "$target" || {
+    rustup target list --installed | grep -x >/dev/null "$target" || {
       if ((check_only)); then problems+=("rustup target $target"); else
         say "rustup target add $target"; rustup target add "$target"; fi
     }

@@ -37,8 +37,8 @@ log() { nsb_log "$@"; }
 # Cached binaries are good if both exist and report the expected versions.
 cached_ok() {
   [[ -x "$BIN_DIR/kube-apiserver" && -x "$BIN_DIR/etcd" ]] || return 1
-  timeout 20 "$BIN_DIR/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $K8S_VERSION" || return 1
-  timeout 20 "$BIN_DIR/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${ETCD_VERSION#v}" || return 1
+  timeout 20 "$BIN_DIR/kube-apiserver" --version 2>/dev/null | grep -x >/dev/null "Kubernetes $K8S_VERSION" || return 1
+  timeout 20 "$BIN_DIR/etcd" --version 2>/dev/null | grep -x >/dev/null "etcd Version: ${ETCD_VERSION#v}" || return 1
 }
 
 mkdir -p "$CACHE_ROOT/control-plane"

@@ -11,6 +11,9 @@
 #   nsb_reconciler_bin        exports NSB_RECONCILER_BIN: the reconciler under test, the
 #                             image's static release binary (built once per run, a no-op
 #                             when up to date), unless NSB_RECONCILER_BIN is set already
+#   nsb_keep_or_remove DIR RC WHAT
+#                             removes a test's work directory, or keeps it (KEEP_STATE=1, or
+#                             RC != 0) and says where WHAT (its logs) can be read
 
 NSB_CONTROL_PLANE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NSB_STARTED_AT="${NSB_STARTED_AT:-$EPOCHREALTIME}"
@@ -53,6 +56,15 @@ nsb_reconciler_bin() {
   fi
   [[ -x "$NSB_RECONCILER_BIN" ]] || { echo "!! reconciler binary not found at $NSB_RECONCILER_BIN" >&2; return 1; }
   export NSB_RECONCILER_BIN
+}
+
+nsb_keep_or_remove() {
+  local dir=$1 rc=$2 what=$3
+  if [[ "${KEEP_STATE:-0}" == 1 || $rc != 0 ]]; then
+    nsb_say "state kept in $dir ($what)"
+  else
+    rm -rf "$dir"
+  fi
 }
 
 # Runs a test command ("$@"), its output both shown and kept in a log, then lists the

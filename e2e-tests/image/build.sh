@@ -79,7 +79,7 @@ build_binary() {
   triple="$(nsb_rust_target "$arch")"
   env_triple="$(tr 'a-z-' 'A-Z_' <<<"$triple")"
   cargo_home="${CARGO_HOME:-$HOME/.cargo}"
-  if ! rustup target list --installed | grep -qx "$triple"; then
+  if ! rustup target list --installed | grep -x >/dev/null "$triple"; then
     nsb_say "installing the Rust $triple target (rustup target add)"
     rustup target add "$triple"
   fi
@@ -103,7 +103,7 @@ build_binary() {
   out="$(nsb_target_dir)/$triple/release/namespace-baseline-reconciler"
   [[ -x "$out" ]] || { echo "!! $out was not built" >&2; exit 1; }
   # Static: no program interpreter. Right machine. No path of this machine inside.
-  if readelf -lW "$out" | grep -q 'program interpreter'; then
+  if readelf -lW "$out" | grep >/dev/null 'program interpreter'; then
     echo "!! $out is dynamically linked" >&2; exit 1
   fi
   local machine

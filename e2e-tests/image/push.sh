@@ -55,7 +55,7 @@ case "$tool" in
   docker)
     docker push "$image"
     image_digest="$(docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$image" |
-      sed -n "s|^$repository@||p" | head -n 1)"
+      sed -n "s|^$repository@||p" | sed -n 1p)"
     ;;
 esac
 [[ "$image_digest" =~ ^sha256:[0-9a-f]{64}$ ]] || { echo "!! no digest for the pushed image: '$image_digest'" >&2; exit 1; }

@@ -74,11 +74,7 @@ cleanup() {
   done
   nsb_stop_control_plane
   nsb_registry_stop "$WORK/registry"
-  if [[ "${KEEP_STATE:-0}" == 1 || $rc != 0 ]]; then
-    nsb_say "state kept in $WORK (container logs: $WORK/nsb-image-*.log, registry log: $WORK/registry/registry.log)"
-  else
-    rm -rf "$WORK"
-  fi
+  nsb_keep_or_remove "$WORK" "$rc" "container logs: $WORK/nsb-image-*.log, registry log: $WORK/registry/registry.log"
   exit "$rc"
 }
 trap cleanup EXIT
@@ -295,7 +291,7 @@ grep -qE '^Uid:\s+65532\s+65532\s+65532\s+65532$' <<<"$status" || fail "the proc
 grep -qE '^Gid:\s+65532\s+65532\s+65532\s+65532$' <<<"$status" || fail "the process does not run as gid 65532: $(grep ^Gid <<<"$status")"
 grep -qE '^CapEff:\s+0+$' <<<"$status" || fail "the process has capabilities: $(grep ^CapEff <<<"$status")"
 grep -qE '^NoNewPrivs:\s+1$' <<<"$status" || fail "no_new_privs is not set"
-awk '$2 == "/" { print $4 }' "/proc/$pid/mounts" | tail -n 1 | grep -qE '(^|,)ro(,|$)' || fail "the root filesystem is writable"
+awk '$2 == "/" { print $4 }' "/proc/$pid/mounts" | tail -n 1 | grep -E >/dev/null '(^|,)ro(,|$)' || fail "the root filesystem is writable"
 nsb_say "process $pid: uid/gid 65532, no capabilities, no_new_privs, read-only root"
 
 lease_holder() {

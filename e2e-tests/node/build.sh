@@ -47,7 +47,7 @@ k8s_ok() {
   local c
   for c in "${K8S_CMDS[@]}"; do
     [[ -x "$NSB_K8S_NODE_BIN/$c" ]] || return 1
-    timeout 20 "$NSB_K8S_NODE_BIN/$c" --version 2>/dev/null | grep -q "$NSB_K8S_VERSION" || return 1
+    timeout 20 "$NSB_K8S_NODE_BIN/$c" --version 2>/dev/null | grep >/dev/null "$NSB_K8S_VERSION" || return 1
   done
 }
 if [[ $force == 1 ]] || ! k8s_ok; then
@@ -73,7 +73,7 @@ fi
 # --- coredns, kube-router: `go install module@version` (their own go.mod, untouched) ----
 install_tool() {   # NAME PACKAGE VERSION DIR VERSION_FLAG EXPECTED_OUTPUT [EXTRA_LDFLAGS]
   local name=$1 pkg=$2 version=$3 dir=$4 flag=$5 expect=$6 extra=${7:-} tmp
-  if [[ $force == 0 && -x "$dir/$name" ]] && timeout 20 "$dir/$name" "$flag" 2>&1 | grep -qF "$expect"; then
+  if [[ $force == 0 && -x "$dir/$name" ]] && timeout 20 "$dir/$name" "$flag" 2>&1 | grep -F >/dev/null "$expect"; then
     log "reusing $name $version from $dir"
     return 0
   fi
@@ -84,7 +84,7 @@ install_tool() {   # NAME PACKAGE VERSION DIR VERSION_FLAG EXPECTED_OUTPUT [EXTR
   mkdir -p "$dir"
   mv -f "$tmp/bin/$name" "$dir/$name"
   rm -rf "$tmp"
-  timeout 20 "$dir/$name" "$flag" 2>&1 | grep -qF "$expect" || nsb_die "$name does not report version $version"
+  timeout 20 "$dir/$name" "$flag" 2>&1 | grep -F >/dev/null "$expect" || nsb_die "$name does not report version $version"
 }
 install_tool coredns github.com/coredns/coredns "$NSB_COREDNS_VERSION" "$NSB_COREDNS_BIN" \
   -version "CoreDNS-${NSB_COREDNS_VERSION#v}"

@@ -444,7 +444,7 @@ wait_for "CoreDNS ready" "$TIMEOUT_S" coredns_ready
 wait_for "kube-router's firewall chains in place" 60 in_node iptables -w -S KUBE-ROUTER-FORWARD
 # End to end from the node: the kube-dns ClusterIP (kube-proxy) answers with the
 # kubernetes Service's ClusterIP.
-dns_works() { in_net busybox nslookup kubernetes.default.svc.cluster.local "$NSB_CLUSTER_DNS" | grep -q 'Address: 10\.0\.0\.1$'; }
+dns_works() { in_net busybox nslookup kubernetes.default.svc.cluster.local "$NSB_CLUSTER_DNS" | grep >/dev/null 'Address: 10\.0\.0\.1$'; }
 wait_for "kube-dns answers through its ClusterIP" 60 dns_works
 
 cat >env.tmp <<EOF

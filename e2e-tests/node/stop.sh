@@ -41,7 +41,7 @@ kill_cgroup_tree() {
 }
 cgroup_tree_empty() {
   [[ -n "$CGROUP_ROOT" && -d "/sys/fs/cgroup/pids$CGROUP_ROOT" ]] || return 0
-  ! find "/sys/fs/cgroup/pids$CGROUP_ROOT" -name cgroup.procs -exec cat {} + 2>/dev/null | grep -q .
+  ! find "/sys/fs/cgroup/pids$CGROUP_ROOT" -name cgroup.procs -exec cat {} + 2>/dev/null | grep >/dev/null .
 }
 kill_cgroup_tree TERM
 for ((i = 0; i < 50; i++)); do cgroup_tree_empty && break; sleep 0.1; done

@@ -44,7 +44,7 @@ case "$tool" in
     VERSION="$(module_version oras.land/oras)"
     PACKAGE=oras.land/oras/cmd/oras
     LDFLAGS="-s -w"
-    expected_version() { "$1" version 2>/dev/null | grep -qx "Version: *${VERSION#v}"; }
+    expected_version() { "$1" version 2>/dev/null | grep -x >/dev/null "Version: *${VERSION#v}"; }
     ;;
 esac
 [[ -n "$VERSION" ]] || { echo "build.sh: cannot read the $tool version from $HERE/go.mod" >&2; exit 1; }

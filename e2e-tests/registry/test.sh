@@ -42,11 +42,7 @@ mkdir -p "$WORK/registry"
 cleanup() {
   local rc=$?
   nsb_registry_stop "$WORK/registry"
-  if [[ "${KEEP_STATE:-0}" == 1 || $rc != 0 ]]; then
-    nsb_say "state kept in $WORK (registry log: $WORK/registry/registry.log)"
-  else
-    rm -rf "$WORK"
-  fi
+  nsb_keep_or_remove "$WORK" "$rc" "registry log: $WORK/registry/registry.log"
   exit "$rc"
 }
 trap cleanup EXIT

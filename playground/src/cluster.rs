@@ -16,7 +16,7 @@ use namespace_baseline_core::spec::NamespaceBaselineSpec;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::evaluate::{baseline_objects, describe};
+use crate::evaluate::baseline_objects;
 use crate::{Field, FieldError, document};
 
 /// The kinds the objects editor takes.
@@ -31,26 +31,9 @@ pub const KINDS: [&str; 5] = [
 /// The objects of the objects editor: YAML documents, a JSON or YAML list, or a `List`, each
 /// an object with a `kind`.
 pub fn cluster_objects(text: &str) -> Result<Vec<Value>, String> {
-    let mut objects = Vec::new();
-    for document in document::parse_all(text)? {
-        match document {
-            Value::Array(items) => objects.extend(items),
-            Value::Object(mut map) if map.get("items").is_some_and(Value::is_array) => {
-                if let Some(Value::Array(items)) = map.remove("items") {
-                    objects.extend(items);
-                }
-            }
-            other => objects.push(other),
-        }
-    }
+    let objects = document::items(text)?;
     for (index, object) in objects.iter().enumerate() {
-        if !object.is_object() {
-            return Err(format!(
-                "item {} is not an object but {}",
-                index + 1,
-                describe(object)
-            ));
-        }
+        let object = document::object_item(index, object)?;
         if !object.get("kind").is_some_and(Value::is_string) {
             return Err(format!(
                 "item {} has no kind: give each object its kind ({})",

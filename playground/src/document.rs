@@ -2,7 +2,7 @@
 //! documents), read into JSON values. Every failure is a message that says where.
 
 use namespace_baseline_formats::yaml;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// One document of JSON or YAML; `Ok(None)` when the text is blank. JSON is tried first so
 /// that a JSON mistake is reported as one (YAML would read most broken JSON as a string or
@@ -40,6 +40,42 @@ pub fn parse_all(text: &str) -> Result<Vec<Value>, String> {
             yaml_message(&error.error)
         ),
     })
+}
+
+/// The items of an editor: YAML documents, a JSON or YAML list, or a `List` (anything with
+/// an `items` list), flattened in order. Each is then checked with [`object_item`].
+pub fn items(text: &str) -> Result<Vec<Value>, String> {
+    let mut items = Vec::new();
+    for document in parse_all(text)? {
+        match document {
+            Value::Array(list) => items.extend(list),
+            Value::Object(mut map) if map.get("items").is_some_and(Value::is_array) => {
+                if let Some(Value::Array(list)) = map.remove("items") {
+                    items.extend(list);
+                }
+            }
+            other => items.push(other),
+        }
+    }
+    Ok(items)
+}
+
+/// Item `index` (0-based) of [`items`] as an object, or an error naming it (1-based).
+pub fn object_item(index: usize, item: &Value) -> Result<&Map<String, Value>, String> {
+    item.as_object()
+        .ok_or_else(|| format!("item {} is not an object but {}", index + 1, describe(item)))
+}
+
+/// What a JSON value is, for messages.
+fn describe(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// A value as YAML, for the editors (examples are stored as JSON).

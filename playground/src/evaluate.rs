@@ -210,27 +210,9 @@ impl BaselineSource for StaticCluster {
 /// The NamespaceBaseline objects of an editor: YAML documents, a JSON or YAML list, or a
 /// `NamespaceBaselineList`, each item checked to be a NamespaceBaseline.
 pub fn baseline_objects(text: &str) -> Result<Vec<Value>, String> {
-    let mut objects = Vec::new();
-    for document in document::parse_all(text)? {
-        match document {
-            Value::Array(items) => objects.extend(items),
-            Value::Object(mut map) if map.get("items").is_some_and(Value::is_array) => {
-                if let Some(Value::Array(items)) = map.remove("items") {
-                    objects.extend(items);
-                }
-            }
-            other => objects.push(other),
-        }
-    }
+    let objects = document::items(text)?;
     for (index, object) in objects.iter().enumerate() {
-        let Some(map) = object.as_object() else {
-            return Err(format!(
-                "item {} is not an object but {}",
-                index + 1,
-                describe(object)
-            ));
-        };
-        if let Some(kind) = map.get("kind")
+        if let Some(kind) = document::object_item(index, object)?.get("kind")
             && kind != "NamespaceBaseline"
         {
             return Err(format!(
@@ -256,17 +238,6 @@ fn live_baselines(objects: &[Value]) -> Result<Vec<LiveBaseline>, String> {
             })
         })
         .collect()
-}
-
-pub(crate) fn describe(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The settings of a document: the settings themselves, or the `spec.settings` of a

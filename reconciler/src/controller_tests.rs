@@ -312,23 +312,24 @@ fn open_policy(
     .unwrap()
 }
 
+/// `allow-all-in` in `namespace`: every pod open to every source, the widest hole.
+fn allow_all_in(namespace: &str) -> k8s_openapi::api::networking::v1::NetworkPolicy {
+    open_policy(
+        namespace,
+        "allow-all-in",
+        json!({"podSelector": {}, "ingress": [{}]}),
+    )
+}
+
 /// Another policy opening the wall to the world in a covered namespace unseals it: the
 /// status counts the hole and says which, one `HoleOpened` Event per new hole, the metric
 /// counts it; a hole in a namespace the baseline does not cover is none of its business.
 #[tokio::test]
 async fn holes_in_covered_namespaces_unseal_the_wall_and_are_announced() {
     let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
-    policies.push(open_policy(
-        "team-a",
-        "allow-all-in",
-        json!({"podSelector": {}, "ingress": [{}]}),
-    ));
+    policies.push(allow_all_in("team-a"));
     policies.push(open_policy("team-b", "web", json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "lb"}}}]}]})));
-    policies.push(open_policy(
-        "other",
-        "allow-all-in",
-        json!({"podSelector": {}, "ingress": [{}]}),
-    ));
+    policies.push(allow_all_in("other"));
     let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
     run(&harness, converged(baseline("guarded", seed()), 2))
         .await
@@ -360,11 +361,7 @@ async fn holes_in_covered_namespaces_unseal_the_wall_and_are_announced() {
 #[tokio::test]
 async fn a_hole_reported_before_gets_no_second_event() {
     let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
-    policies.push(open_policy(
-        "team-a",
-        "allow-all-in",
-        json!({"podSelector": {}, "ingress": [{}]}),
-    ));
+    policies.push(allow_all_in("team-a"));
     let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
     run(&harness, converged(baseline("guarded", seed()), 2))
         .await

@@ -111,21 +111,6 @@ impl LiveBaseline {
     }
 }
 
-/// `hedronite.io/v1alpha1` `NamespaceBaseline`, so the policy can list them with the
-/// Kubewarden SDK's typed host capabilities.
-impl k8s_openapi::Resource for LiveBaseline {
-    const API_VERSION: &'static str = "hedronite.io/v1alpha1";
-    const GROUP: &'static str = crate::identity::GROUP;
-    const KIND: &'static str = crate::identity::KIND;
-    const VERSION: &'static str = crate::identity::VERSION;
-    const URL_PATH_SEGMENT: &'static str = "namespacebaselines";
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::ListableResource for LiveBaseline {
-    const LIST_KIND: &'static str = "NamespaceBaselineList";
-}
-
 /// What the policy reads from the cluster through the policy-server's host capabilities.
 /// Each read is made at most once per request, and only when the answer can change the
 /// verdict.

@@ -21,6 +21,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -327,6 +328,58 @@ impl Cluster {
         Api::all(self.admin.clone())
     }
 
+    /// The notes of the Events about `baseline` with `reason` (the reconciler records them
+    /// in `default`, as the API server does for cluster-scoped objects).
+    pub async fn events(&self, baseline: &str, reason: &str) -> Result<Vec<String>> {
+        let api: Api<Event> = Api::namespaced(self.admin.clone(), "default");
+        let list = api
+            .list(&ListParams::default().fields(&format!("regarding.name={baseline}")))
+            .await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|event| event.reason.as_deref() == Some(reason))
+            .filter_map(|event| event.note)
+            .collect())
+    }
+
+    /// Waits for the baseline's condition `type_` to have `status` (and `reason`, if given):
+    /// its reason, its message and how long it took. A timeout's error shows the status then.
+    pub async fn wait_condition(
+        &self,
+        baseline: &str,
+        type_: &str,
+        status: &str,
+        reason: Option<&str>,
+        timeout: Duration,
+    ) -> Result<(String, String, Duration)> {
+        let api = self.baselines();
+        let result = wait_until(
+            &format!("{baseline} {type_}={status} (reason {reason:?})"),
+            timeout,
+            || {
+                let api = api.clone();
+                async move {
+                    let baseline = api.get(baseline).await?;
+                    Ok(baseline
+                        .status
+                        .as_ref()
+                        .and_then(|s| condition(s, type_))
+                        .filter(|(s, r, _)| s == status && reason.is_none_or(|reason| r == reason))
+                        .map(|(_, r, m)| (r, m)))
+                }
+            },
+        )
+        .await;
+        match result {
+            Ok(((reason, message), took)) => Ok((reason, message, took)),
+            Err(error) => {
+                let now = api.get(baseline).await.map(|b| b.status);
+                Err(error.context(format!("status now: {now:?}")))
+            }
+        }
+    }
+
     /// The baseline's status as the API server has it now.
     pub async fn status(&self, baseline: &str) -> Result<NamespaceBaselineStatus> {
         self.baselines()
@@ -577,6 +630,43 @@ pub async fn get_policy(
 ) -> Result<Option<NetworkPolicy>> {
     let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
     Ok(api.get_opt(name).await?)
+}
+
+/// Waits until the NetworkPolicy `name` exists again with a uid other than `old_uid` (it was
+/// deleted and something re-created it): the time it took.
+pub async fn wait_recreated(
+    policies: &Api<NetworkPolicy>,
+    name: &str,
+    old_uid: Option<String>,
+    timeout: Duration,
+) -> Result<Duration> {
+    let what = format!("the NetworkPolicy {name} re-created");
+    let (_, took) = wait_until(&what, timeout, || {
+        let old_uid = old_uid.clone();
+        async move {
+            Ok(policies
+                .get_opt(name)
+                .await?
+                .filter(|policy| policy.uid() != old_uid)
+                .map(|_| ()))
+        }
+    })
+    .await?;
+    Ok(took)
+}
+
+/// Nearest-rank percentile (`p` in 0..=100) of samples sorted ascending; NaN when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// Every NetworkPolicy carrying the managed-by label in `namespace`.

@@ -52,7 +52,7 @@ use namespace_baseline_core::identity::{BASELINE_LABEL, baseline_label_value, ma
 use namespace_baseline_core::spec::NamespaceBaseline;
 use serde_json::json;
 
-const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50] [--startups 3] [--resync 5] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
+const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50] [--startups 3] [--resync 5] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
 
 use observe::{BaselineWatch, Key, PolicyWatch, is_ready};
 use process::{CpuMeter, Memory, Reconciler, mib};

@@ -13,7 +13,9 @@ use anyhow::{Context as _, Result};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
-use namespace_baseline_cluster_tests::{Cluster, deny_all_policy_name, wait_until, wall_of};
+use namespace_baseline_cluster_tests::{
+    Cluster, deny_all_policy_name, wait_recreated, wait_until, wall_of,
+};
 use serde_json::json;
 
 use crate::pods::{Node, now_us, start_pod};
@@ -124,19 +126,7 @@ async fn main() -> Result<()> {
     let uid = policies.get(&deny_all).await?.uid();
     let deleted_at = now_us();
     policies.delete(&deny_all, &DeleteParams::default()).await?;
-    let (_, restored) = wait_until("the deny-all restored", Duration::from_secs(10), || {
-        let policies = policies.clone();
-        let deny_all = deny_all.clone();
-        let uid = uid.clone();
-        async move {
-            Ok(policies
-                .get_opt(&deny_all)
-                .await?
-                .filter(|policy| policy.uid() != uid)
-                .map(|_| ()))
-        }
-    })
-    .await?;
+    let restored = wait_recreated(&policies, &deny_all, uid, Duration::from_secs(10)).await?;
     let blocked = watch
         .wait_state(
             deleted_at,

@@ -11,10 +11,9 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use namespace_baseline_cluster_tests::{
     Cluster, condition, deny_all_policy_name, dns_policy_name, get_policy, spec_json, wait_until,
 };
@@ -25,22 +24,8 @@ use crate::common::{
     wait_wall,
 };
 
-/// The Events about `baseline` with `reason`: their notes.
-async fn events(cluster: &Cluster, baseline: &str, reason: &str) -> Vec<String> {
-    let api: Api<Event> = Api::namespaced(cluster.admin.clone(), "default");
-    api.list(&ListParams::default().fields(&format!("regarding.name={baseline}")))
-        .await
-        .map(|list| {
-            list.items
-                .into_iter()
-                .filter(|event| event.reason.as_deref() == Some(reason))
-                .filter_map(|event| event.note)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Waits for the baseline's condition `type_` to have `status` (and `reason` if given).
+/// Waits (10 s) for the baseline's condition `type_` to have `status` (and `reason` if
+/// given): its reason and message.
 async fn wait_condition(
     cluster: &Cluster,
     baseline: &str,
@@ -48,26 +33,11 @@ async fn wait_condition(
     status: &str,
     reason: Option<&str>,
 ) -> (String, String) {
-    let api = cluster.baselines();
-    let (found, _) = wait_until(
-        &format!("{baseline} {type_}={status} {reason:?}"),
-        Duration::from_secs(10),
-        || {
-            let api = api.clone();
-            async move {
-                let baseline = api.get(baseline).await?;
-                Ok(baseline
-                    .status
-                    .as_ref()
-                    .and_then(|s| condition(s, type_))
-                    .filter(|(s, r, _)| s == status && reason.is_none_or(|reason| r == reason))
-                    .map(|(_, r, m)| (r, m)))
-            }
-        },
-    )
-    .await
-    .unwrap_or_else(|error| panic!("{error:#}"));
-    found
+    let (reason, message, _) = cluster
+        .wait_condition(baseline, type_, status, reason, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    (reason, message)
 }
 
 /// A DNS Service of the test's own in kube-system (the reconciler's DNS namespace): one pod
@@ -155,7 +125,7 @@ async fn s11_dns_door_checked_against_the_endpoints() {
     let (ready, _, _) = condition(&cluster.status(&baseline).await.unwrap(), "Ready").unwrap();
     assert_eq!(ready, "True", "a report, never a block");
     let (notes, _) = wait_until("a DNSUnreachable Event", Duration::from_secs(5), || async {
-        Ok(Some(events(&cluster, &baseline, "DNSUnreachable").await)
+        Ok(Some(cluster.events(&baseline, "DNSUnreachable").await?)
             .filter(|notes| !notes.is_empty()))
     })
     .await
@@ -245,7 +215,7 @@ async fn s11_a_hole_opened_and_closed() {
     let status = cluster.status(&baseline).await.unwrap();
     assert_eq!(status.holes.as_ref().unwrap()["World"], 1);
     let (notes, _) = wait_until("a HoleOpened Event", Duration::from_secs(5), || async {
-        Ok(Some(events(&cluster, &baseline, "HoleOpened").await).filter(|notes| !notes.is_empty()))
+        Ok(Some(cluster.events(&baseline, "HoleOpened").await?).filter(|notes| !notes.is_empty()))
     })
     .await
     .unwrap();
@@ -311,14 +281,19 @@ async fn s11_deletions_are_counted_as_drift_repairs() {
     assert_eq!(repairs(), 3.0);
     let status = cluster.status(&baseline).await.unwrap();
     assert_eq!(status.drift_repairs, Some(3));
-    let notes = events(&cluster, &baseline, "DriftRepaired").await;
+    let notes = cluster.events(&baseline, "DriftRepaired").await.unwrap();
     let expected = format!("{}/{deny} (deleted)", walled[0]);
     assert!(
         notes.iter().any(|note| note.contains(&expected)),
         "{notes:?}"
     );
     assert!(
-        events(&cluster, &baseline, "WallInstalled").await.len() == 1,
+        cluster
+            .events(&baseline, "WallInstalled")
+            .await
+            .unwrap()
+            .len()
+            == 1,
         "one install, then repairs"
     );
     figure(

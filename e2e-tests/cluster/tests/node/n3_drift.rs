@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
-use namespace_baseline_cluster_tests::{deny_all_policy_name, wait_until};
+use namespace_baseline_cluster_tests::{deny_all_policy_name, wait_recreated};
 use serde_json::json;
 
 use crate::Bed;
@@ -95,20 +95,9 @@ async fn n3_drift_on_the_wire_and_enforcer_delay() {
             .await
             .unwrap();
         // The API: a new deny-all (another uid).
-        let (_, restored) = wait_until("the deny-all restored", Duration::from_secs(10), || {
-            let policies = policies.clone();
-            let deny_all = deny_all.clone();
-            let uid = uid.clone();
-            async move {
-                Ok(policies
-                    .get_opt(&deny_all)
-                    .await?
-                    .filter(|p| p.uid() != uid)
-                    .map(|_| ()))
-            }
-        })
-        .await
-        .unwrap_or_else(|error| panic!("round {round}: {error:#}"));
+        let restored = wait_recreated(&policies, &deny_all, uid, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|error| panic!("round {round}: {error:#}"));
         api.push(restored.as_secs_f64() * 1000.0);
         // The wire: the last probe that got through after the delete, then the first blocked
         // one after it, blocked since for SETTLE (longer than any enforcer delay seen, so a

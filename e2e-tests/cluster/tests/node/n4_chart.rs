@@ -15,7 +15,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use namespace_baseline_cluster_tests::leadership::lease_holder;
-use namespace_baseline_cluster_tests::{deny_all_policy_name, repo_root, wait_until, wall_of};
+use namespace_baseline_cluster_tests::{
+    deny_all_policy_name, repo_root, wait_recreated, wait_until, wall_of,
+};
 use namespace_baseline_core::identity::RECONCILER_NAMESPACE;
 
 use crate::common::{self, figure, wait_ready};
@@ -248,33 +250,14 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
     // The API server's own address and port (after the Service's DNAT): the door; the
     // kubelet on the same node address: not in the door, so blocked (the enforcer filters
     // pod-to-node traffic too, so the door is what lets the API traffic through).
+    let node_ip = std::env::var("NSB_NODE_IP").expect("NSB_NODE_IP");
     let api_direct = reconciler_net
-        .tcp(
-            &node,
-            &format!(
-                "{}:6443",
-                std::env::var("NSB_NODE_IP").expect("NSB_NODE_IP")
-            ),
-        )
+        .tcp(&node, &format!("{node_ip}:6443"))
         .unwrap();
     let kubelet = reconciler_net
-        .tcp(
-            &node,
-            &format!(
-                "{}:10250",
-                std::env::var("NSB_NODE_IP").expect("NSB_NODE_IP")
-            ),
-        )
+        .tcp(&node, &format!("{node_ip}:10250"))
         .unwrap();
-    let kubelet_control = other
-        .tcp(
-            &node,
-            &format!(
-                "{}:10250",
-                std::env::var("NSB_NODE_IP").expect("NSB_NODE_IP")
-            ),
-        )
-        .unwrap();
+    let kubelet_control = other.tcp(&node, &format!("{node_ip}:10250")).unwrap();
     assert_passed(
         "TCP reconciler pod -> API server on the node (6443, the door)",
         &api_direct,
@@ -390,20 +373,9 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
             .any(|pod| pod.name_any() == new_leader),
         "the new leader {new_leader} is not a live reconciler pod"
     );
-    let (_, repaired) = wait_until("the deny-all repaired", Duration::from_secs(60), || {
-        let policies = policies.clone();
-        let deny_all = deny_all.clone();
-        let old_uid = old_uid.clone();
-        async move {
-            Ok(policies
-                .get_opt(&deny_all)
-                .await?
-                .filter(|p| p.uid() != old_uid)
-                .map(|_| ()))
-        }
-    })
-    .await
-    .unwrap_or_else(|error| panic!("{error:#}"));
+    let repaired = wait_recreated(&policies, &deny_all, old_uid, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
     let repaired_after = deleted_at.elapsed().min(repaired + took_over);
     let blocked_again = wait_wire(
         "the repaired wall on the wire",

@@ -21,12 +21,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use namespace_baseline_cluster_tests::{
-    Cluster, condition, dns_policy_name, get_policy, spec_json, wait_until,
+    Cluster, dns_policy_name, get_policy, spec_json, wait_until,
 };
 use serde_json::{Value, json};
 
@@ -43,22 +42,8 @@ const NODE_LOCAL_LINK: &str = "nsb-nodelocal";
 const HOLE: &str = "let-everyone-in";
 const HOLES_METRIC: &str = r#"namespace_baseline_holes{width="World",direction="Ingress"}"#;
 
-/// The Events about `baseline` with `reason`: their notes.
-async fn events(cluster: &Cluster, baseline: &str, reason: &str) -> Result<Vec<String>> {
-    let api: Api<Event> = Api::namespaced(cluster.admin.clone(), "default");
-    let list = api
-        .list(&ListParams::default().fields(&format!("regarding.name={baseline}")))
-        .await?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|event| event.reason.as_deref() == Some(reason))
-        .filter_map(|event| event.note)
-        .collect())
-}
-
-/// Waits for the baseline's condition `type_` to be `status` with `reason`: its message and
-/// how long it took.
+/// Waits (15 s) for the baseline's condition `type_` to be `status` with `reason`: its
+/// message and how long it took.
 async fn wait_condition(
     cluster: &Cluster,
     baseline: &str,
@@ -66,31 +51,17 @@ async fn wait_condition(
     status: &str,
     reason: &str,
 ) -> (String, Duration) {
-    let api = cluster.baselines();
-    let result = wait_until(
-        &format!("{baseline} {type_}={status} ({reason})"),
-        Duration::from_secs(15),
-        || {
-            let api = api.clone();
-            async move {
-                let baseline = api.get(baseline).await?;
-                Ok(baseline
-                    .status
-                    .as_ref()
-                    .and_then(|s| condition(s, type_))
-                    .filter(|(s, r, _)| s == status && r == reason)
-                    .map(|(_, _, message)| message))
-            }
-        },
-    )
-    .await;
-    match result {
-        Ok(found) => found,
-        Err(error) => {
-            let now = api.get(baseline).await.map(|b| b.status);
-            panic!("{error:#}; status now: {now:?}")
-        }
-    }
+    let (_, message, took) = cluster
+        .wait_condition(
+            baseline,
+            type_,
+            status,
+            Some(reason),
+            Duration::from_secs(15),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
+    (message, took)
 }
 
 /// `status.holes[width]` of the baseline (0 when absent).
@@ -180,7 +151,7 @@ async fn n6_a_hole_beside_the_wall_lets_packets_in_and_is_reported() {
     let world = holes(cluster, baseline, "World").await;
     assert!(world >= 1, "status.holes.World is {world}");
     let (notes, _) = wait_until("a HoleOpened Event", Duration::from_secs(10), || async {
-        let notes = events(cluster, baseline, "HoleOpened").await?;
+        let notes = cluster.events(baseline, "HoleOpened").await?;
         Ok(Some(notes).filter(|notes| notes.iter().any(|note| note.contains(HOLE))))
     })
     .await

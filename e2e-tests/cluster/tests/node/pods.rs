@@ -462,18 +462,9 @@ pub fn no_labels() -> BTreeMap<String, String> {
     BTreeMap::new()
 }
 
-/// The `p`-th percentile (0..=100) of `values` (nearest rank), in ms.
+/// The `p`-th percentile (0..=100) of `values` in any order (nearest rank).
 pub fn percentile(values: &[f64], p: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    namespace_baseline_cluster_tests::percentile(&sorted, p)
 }

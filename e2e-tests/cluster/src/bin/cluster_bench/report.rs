@@ -3,21 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use namespace_baseline_cluster_tests::{AuditEvent, tally};
-
-/// Nearest-rank percentile (`p` in 0..=100) of sorted samples.
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
+use namespace_baseline_cluster_tests::{AuditEvent, percentile, tally};
 
 /// Samples in milliseconds, sorted.
 pub struct Samples(Vec<f64>);
