@@ -112,12 +112,17 @@ pub fn desired(
             (dns.reachable, dns.reason, dns.message.clone()),
             DNS_REACHABLE,
         )),
-        Some(DnsCheck::NotYet(message)) => conditions.push(stamp_as(
-            "Unknown",
-            "NotListedYet",
-            message.clone(),
-            DNS_REACHABLE,
-        )),
+        // Not listed yet (a restart, a re-list): what was last checked stands, so that a
+        // restart on a converged cluster writes no status and announces no change.
+        Some(DnsCheck::NotYet(message)) => conditions.push(
+            previous_conditions
+                .iter()
+                .find(|condition| condition.type_ == DNS_REACHABLE)
+                .cloned()
+                .unwrap_or_else(|| {
+                    stamp_as("Unknown", "NotListedYet", message.clone(), DNS_REACHABLE)
+                }),
+        ),
         None => {}
     }
     let previous_repairs = previous
@@ -476,6 +481,27 @@ mod tests {
             (dns.status.as_str(), dns.reason.as_str()),
             ("Unknown", "NotListedYet")
         );
+    }
+
+    /// A restart: the DNS namespace's caches list after the first reconcile; until then the
+    /// stored check stands, so a converged baseline's status is written again by no one.
+    #[test]
+    fn a_dns_check_not_listed_yet_keeps_the_last_one() {
+        let reachable = Report {
+            dns: Some(DnsCheck::Checked(Reachability {
+                reachable: true,
+                reason: "EndpointsInsideDoor",
+                message: "1 ready endpoint inside the door".to_owned(),
+            })),
+            ..report()
+        };
+        let stored = desired(None, &reachable, &time(100));
+        let unlisted = Report {
+            dns: Some(DnsCheck::NotYet("not listed".to_owned())),
+            ..report()
+        };
+        let restarted = desired(Some(&stored), &unlisted, &time(200));
+        assert!(!changed(Some(&stored), &restarted), "{restarted:?}");
     }
 
     #[test]
