@@ -141,6 +141,14 @@ fn the_api_door_is_rendered_from_the_endpoint_slices(
     assert!(check_api_door(&[api.door()], &api).reachable);
 }
 
+/// How `api-door` and the mismatch log name the API server's endpoints.
+#[test]
+fn the_api_endpoints_read_as_addresses_on_ports() {
+    let slices = [api_slice("IPv4", &["10.0.0.12", "10.0.0.11"], 6443)];
+    let api = ApiEndpoints::of(&slices.iter().collect::<Vec<_>>());
+    assert_eq!(api.to_string(), "10.0.0.11, 10.0.0.12 on TCP 6443");
+}
+
 fn rules(value: Value) -> Vec<NetworkPolicyEgressRule> {
     serde_json::from_value(value).unwrap()
 }

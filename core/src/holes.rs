@@ -331,6 +331,9 @@ mod tests {
     #[case::widest_peer_decides(json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}, {"ipBlock": {"cidr": "0.0.0.0/0"}}]}]}), vec![(Ingress, World, true)])]
     #[case::egress_rules_without_policy_types(json!({"podSelector": {}, "egress": [{}]}), vec![(Egress, World, true)])]
     #[case::egress_rules_ignored_when_not_governed(json!({"podSelector": {}, "policyTypes": ["Ingress"], "egress": [{}]}), vec![])]
+    #[case::ingress_governed_alone(json!({"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}), vec![(Ingress, World, true)])]
+    #[case::empty_policy_types_read_as_absent(json!({"podSelector": {}, "policyTypes": [], "ingress": [{}]}), vec![(Ingress, World, true)])]
+    #[case::ingress_rules_ignored_when_not_governed(json!({"podSelector": {}, "policyTypes": ["Egress"], "ingress": [{}]}), vec![])]
     #[case::deny_only(json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}), vec![])]
     fn rules_are_classified_by_how_far_they_open(
         #[case] spec: serde_json::Value,
@@ -345,6 +348,24 @@ mod tests {
             policy(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}));
         door.metadata.labels = Some(crate::identity::managed_labels("guarded"));
         assert!(holes(&door).is_empty());
+    }
+
+    /// The names status.holes, the metric's labels and the messages use.
+    #[test]
+    fn widths_and_directions_are_named_as_the_api_shows_them() {
+        let names: Vec<String> = Width::ALL.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            names,
+            ["World", "Cluster", "Namespaces", "Pods", "Addresses"]
+        );
+        assert_eq!(
+            [Ingress.to_string(), Egress.to_string()],
+            ["Ingress", "Egress"]
+        );
+        assert_eq!(
+            [Ingress.as_lowercase(), Egress.as_lowercase()],
+            ["ingress", "egress"]
+        );
     }
 
     #[test]
