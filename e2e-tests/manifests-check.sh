@@ -12,7 +12,8 @@
 #    - a minimal copy of Kubewarden's ClusterAdmissionPolicy CRD (e2e-tests/manifests/), since
 #      the control plane has no Kubewarden: admission-policy.yaml is validated against the
 #      schema of policies.kubewarden.io/v1;
-#    - the chart with `helm install` (default values, as README.md says);
+#    - the chart with `helm install` (default values and the API door of
+#      charts/tests/api-door.yaml, as README.md says);
 #    - deploy/crd.yaml, reconciler.yaml, rbac.yaml, system-baseline.yaml, policy-server-rbac.yaml,
 #      admission-policy.yaml and deploy/examples/*.yaml, for real (a Deployment is accepted
 #      even though no pod will run: there is no kubelet) over the Helm release: the same
@@ -60,13 +61,14 @@ nsb_say "Kubewarden's ClusterAdmissionPolicy CRD (minimal copy, e2e-tests/manife
 apply e2e-tests/manifests/kubewarden-clusteradmissionpolicy-crd.yaml
 HELM="$("$ROOT/charts/install-helm.sh" --print-path)"
 helm() { "$HELM" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
-nsb_say "helm install of the chart, default values (as README.md says; release record in default)"
+nsb_say "helm install of the chart, default values and an API door (as README.md says; release record in default)"
 helm install namespace-baseline charts/namespace-baseline --namespace default --wait=false \
+  -f charts/tests/api-door.yaml \
   --set admissionPolicy.module=registry://registry.example.com/policies/namespace-baseline:v0.1.0 |
   sed -n 's/^\(STATUS\|REVISION\): /   helm: \1 /p'
 nsb_say "deploy/ and deploy/examples/, in install order (over the Helm release: the same objects, so unchanged)"
-apply deploy/crd.yaml deploy/reconciler.yaml deploy/rbac.yaml deploy/system-baseline.yaml \
-  deploy/admission-policy.yaml deploy/policy-server-rbac.yaml deploy/examples/*.yaml
+apply deploy/crd.yaml deploy/reconciler.yaml deploy/rbac.yaml charts/tests/api-door-policy.yaml \
+  deploy/system-baseline.yaml deploy/admission-policy.yaml deploy/policy-server-rbac.yaml deploy/examples/*.yaml
 nsb_say "the chart, default values (dryRun=All: the objects above, as updates)"
 apply --dry-run "$WORK/chart/default.yaml"
 for rendering in "$WORK"/chart/*.yaml; do
