@@ -320,6 +320,7 @@ mod tests {
     #[case::every_namespace(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}), vec![(Ingress, Cluster, true)])]
     #[case::every_namespace_every_pod(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}, "podSelector": {}}]}]}), vec![(Ingress, Cluster, true)])]
     #[case::some_pods_of_every_namespace(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "probe"}}}]}]}), vec![(Ingress, Pods, true)])]
+    #[case::some_pods_of_some_namespaces(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "a"}}, "podSelector": {"matchLabels": {"app": "probe"}}}]}]}), vec![(Ingress, Pods, true)])]
     #[case::some_namespaces(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "a"}}}]}]}), vec![(Ingress, Namespaces, true)])]
     #[case::narrow_pod_selector_is_no_hole_of_concern(json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}], "ports": [{"port": 8080}]}]}), vec![(Ingress, Pods, false)])]
     #[case::internet_v4(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]}), vec![(Egress, World, true)])]
