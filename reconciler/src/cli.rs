@@ -137,8 +137,9 @@ pub struct RunOptions {
     #[arg(long, global = true)]
     pub api_door_policy: Option<String>,
 
-    /// Namespaces written to in parallel within one reconcile.
-    #[arg(long, global = true, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Write requests in flight within one reconcile. 64: the API server's own floor for the
+    /// wall's server-side applies was lowest there (BENCHMARKS.md, "At the API server's floor").
+    #[arg(long, global = true, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 }
 
@@ -178,7 +179,7 @@ mod tests {
         assert!(cli.run.leader_election);
         assert_eq!(cli.run.lease_name, "namespace-baseline-reconciler");
         assert_eq!(cli.run.log_format, LogFormat::Text);
-        assert_eq!(cli.run.concurrency, 16);
+        assert_eq!(cli.run.concurrency, 64);
     }
 
     #[test]
