@@ -22,6 +22,7 @@ use tracing::info;
 use crate::error::{Error, Result};
 use crate::scope::{Dirty, PolicyIndex};
 use crate::state::State;
+use crate::written::WrittenStatuses;
 
 /// A namespace as the reconciler watches it: its metadata only (name, labels, deletion).
 pub type NamespaceMeta = PartialObjectMeta<Namespace>;
@@ -41,6 +42,8 @@ pub struct Caches {
     pub index: PolicyIndex,
     /// What the triggers marked for the next reconcile of each baseline.
     pub dirty: Dirty,
+    /// The statuses this term wrote, until the baseline cache shows them.
+    pub written: WrittenStatuses,
     /// Turns `true` once every watch has completed its first list.
     synced: watch::Receiver<bool>,
 }
@@ -59,6 +62,7 @@ impl Caches {
             tombstones: Tombstones::default(),
             index: PolicyIndex::default(),
             dirty: Dirty::default(),
+            written: WrittenStatuses::default(),
             synced,
         }
     }

@@ -18,7 +18,9 @@ use namespace_baseline_core::identity::CLEANUP_FINALIZER;
 use namespace_baseline_core::plan::{
     self as core_plan, Baseline, Decision, Planner, decide, wants_finalizer,
 };
-use namespace_baseline_core::spec::{Mode, NamespaceBaseline, NamespaceBaselineSpec, SpecError};
+use namespace_baseline_core::spec::{
+    Mode, NamespaceBaseline, NamespaceBaselineSpec, NamespaceBaselineStatus, SpecError,
+};
 use namespace_baseline_core::wall::Change;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -178,17 +180,18 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
         new_holes,
         error,
     } = converge(baseline, ctx, planner, &policies, &scope).await;
+    let previous = ctx.caches.written.current(baseline);
     match error {
         None => {
-            let status_changed = write_status(baseline, ctx, &report).await?;
+            let status_changed = write_status(baseline, ctx, previous.as_ref(), &report).await?;
             announce(baseline, ctx, &report, &counts, status_changed).await;
-            announce_doors_and_holes(baseline, ctx, &report, new_holes).await;
+            announce_doors_and_holes(baseline, ctx, previous.as_ref(), &report, new_holes).await;
             Ok(Action::requeue(ctx.settings.resync))
         }
         Some(error) => {
             ctx.caches.dirty.failed(&name);
             // Best effort: the original error decides the routing.
-            let news = write_status(baseline, ctx, &report)
+            let news = write_status(baseline, ctx, previous.as_ref(), &report)
                 .await
                 .unwrap_or_else(|status_error| {
                     debug!(baseline = %baseline.name_any(), error = %status_error.report(), "status not written");
@@ -399,8 +402,9 @@ async fn clean_up(
     writes: Vec<(String, Vec<Change>)>,
 ) -> Result<Action> {
     let name = baseline.name_any();
-    // Its holes are no longer reported.
+    // Its holes are no longer reported, its status no longer written.
     ctx.state.holes.forget(&name);
+    ctx.caches.written.forget(baseline);
     ctx.state.metrics.set_holes(&name, []);
     if !has_finalizer(baseline) {
         return Ok(Action::await_change());
@@ -425,19 +429,20 @@ async fn clean_up(
     Ok(Action::await_change())
 }
 
-/// Patches the status subresource when, and only when, it would change. Returns whether it
-/// wrote.
+/// Patches the status subresource when, and only when, it would change `previous` (what it
+/// says now). Returns whether it wrote.
 async fn write_status(
     baseline: &NamespaceBaseline,
     ctx: &Context,
+    previous: Option<&NamespaceBaselineStatus>,
     report: &Report,
 ) -> Result<bool> {
-    let previous = baseline.status.as_ref();
     let desired = status::desired(previous, report, &now());
     if !status::changed(previous, &desired) {
         return Ok(false);
     }
-    patch_status(baseline, ctx, &desired).await?;
+    let written = patch_status(baseline, ctx, &desired).await?;
+    ctx.caches.written.record(baseline, written);
     Ok(true)
 }
 /// Events for what a successful reconcile did.
@@ -517,14 +522,13 @@ async fn announce(
 async fn announce_doors_and_holes(
     baseline: &NamespaceBaseline,
     ctx: &Context,
+    previous: Option<&NamespaceBaselineStatus>,
     report: &Report,
     new_holes: Vec<(String, Hole)>,
 ) {
     let name = baseline.name_any();
     if let Some(DnsCheck::Checked(dns)) = &report.dns {
-        let before = baseline
-            .status
-            .as_ref()
+        let before = previous
             .and_then(|status| {
                 status
                     .conditions

@@ -230,6 +230,40 @@ async fn drift_is_repaired_with_one_whole_object_apply(#[case] index: usize, #[c
     );
 }
 
+/// The echo of a repair's policy write can reconcile before the baseline cache shows the
+/// repair's status write (a lagging or cut watch): that reconcile still brings
+/// `objectsApplied` back to 0 with the repair counted, comparing with the status it wrote,
+/// not the cache's older one (which already says 0 and no repair).
+#[tokio::test]
+async fn a_reconcile_ahead_of_the_baseline_cache_compares_with_the_status_it_wrote() {
+    let intact = full_wall(&seed(), &["team-a", "team-b"]);
+    let mut drifted = intact.clone();
+    drifted[0] = serde_json::from_value(json!({
+        "metadata": serde_json::to_value(&intact[0].metadata).unwrap(),
+        "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress", "Egress"]},
+    }))
+    .unwrap();
+    let harness = Harness::new(guarded_namespaces(), drifted, Box::new(healthy));
+    let cached = converged(baseline("guarded", seed()), 2);
+    run(&harness, cached.clone()).await.unwrap();
+
+    let echo = harness.with_policies(intact);
+    reconcile(Arc::new(cached), echo.clone()).await.unwrap();
+    drop(echo);
+    let requests = harness.requests().await;
+    assert_eq!(policy_requests(&requests).len(), 1, "{requests:#?}");
+    let statuses = status_patches(&requests);
+    let counts: Vec<_> = statuses
+        .iter()
+        .map(|status| (&status["objectsApplied"], &status["driftRepairs"]))
+        .collect();
+    assert_eq!(
+        counts,
+        [(&json!(1), &json!(1)), (&json!(0), &json!(1))],
+        "{statuses:#?}"
+    );
+}
+
 #[tokio::test]
 async fn a_deleted_policy_is_recreated() {
     let mut policies = full_wall(&seed(), &["team-a", "team-b"]);

@@ -138,6 +138,17 @@ where
     reader
 }
 
+/// The policy index a watch that listed `policies` builds.
+fn policy_index(policies: &[NetworkPolicy]) -> crate::scope::PolicyIndex {
+    let index = crate::scope::PolicyIndex::default();
+    index.observe(&watcher::Event::Init);
+    for policy in policies {
+        index.observe(&watcher::Event::InitApply(policy.clone()));
+    }
+    index.observe(&watcher::Event::InitDone);
+    index
+}
+
 /// One request the mocked API server received.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -174,15 +185,17 @@ pub fn healthy(request: &Recorded) -> (u16, Value) {
             .next()
             .unwrap_or_default()
             .to_owned();
-        return (
-            200,
-            json!({
-                "apiVersion": "hedronite.io/v1alpha1",
-                "kind": "NamespaceBaseline",
-                "metadata": {"name": name},
-                "spec": {"namespaceLabel": "patched"},
-            }),
-        );
+        // A status write answers with the status it set, at a new resourceVersion.
+        let mut answer = json!({
+            "apiVersion": "hedronite.io/v1alpha1",
+            "kind": "NamespaceBaseline",
+            "metadata": {"name": name, "resourceVersion": "101"},
+            "spec": {"namespaceLabel": "patched"},
+        });
+        if request.path.ends_with("/status") {
+            answer["status"] = request.body["status"].clone();
+        }
+        return (200, answer);
     }
     match request.method.as_str() {
         "DELETE" => (
@@ -300,12 +313,7 @@ impl Harness {
         let state = Arc::new(state);
         let (_, synced) = tokio::sync::watch::channel(true);
         let namespaces = namespaces.into_iter().map(namespace_meta).collect();
-        let index = crate::scope::PolicyIndex::default();
-        index.observe(&watcher::Event::Init);
-        for policy in &policies {
-            index.observe(&watcher::Event::InitApply(policy.clone()));
-        }
-        index.observe(&watcher::Event::InitDone);
+        let index = policy_index(&policies);
         let mut caches = Caches::new(store(namespaces), store(policies), Some(dns), synced);
         caches.index = index;
         let settings = Settings {
@@ -322,6 +330,21 @@ impl Harness {
             "test".into(),
         ));
         Self { ctx, state, server }
+    }
+
+    /// The same reconciler a moment later, its policy cache now holding `policies` (its other
+    /// caches, and what it remembers, unchanged).
+    pub fn with_policies(&self, policies: Vec<NetworkPolicy>) -> Arc<Context> {
+        let mut caches = self.ctx.caches.clone();
+        caches.index = policy_index(&policies);
+        caches.policies = store(policies);
+        Arc::new(Context::new(
+            self.ctx.client.clone(),
+            caches,
+            self.ctx.settings.clone(),
+            self.state.clone(),
+            "test".into(),
+        ))
     }
 
     /// Drops the client and returns every request the API server received.

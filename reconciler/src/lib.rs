@@ -23,6 +23,7 @@ pub mod telemetry;
 pub mod triggers;
 pub mod watches;
 pub mod writes;
+pub mod written;
 
 #[cfg(test)]
 mod deploy_tests;

@@ -220,26 +220,28 @@ pub(crate) async fn patch_finalizers(
     Ok(())
 }
 
-/// Patches the status subresource with `desired`.
+/// Patches the status subresource with `desired`; returns the baseline as the API server
+/// answered.
 pub(crate) async fn patch_status(
     baseline: &NamespaceBaseline,
     ctx: &Context,
     desired: &NamespaceBaselineStatus,
-) -> Result<()> {
+) -> Result<NamespaceBaseline> {
     let name = baseline.name_any();
     let api: Api<NamespaceBaseline> = Api::all(ctx.client.clone());
-    ctx.write(api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": desired })),
-    ))
-    .await?
-    .map_err(|source| Error::Status {
-        name: name.clone(),
-        source: Box::new(source),
-    })?;
+    let written = ctx
+        .write(api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": desired })),
+        ))
+        .await?
+        .map_err(|source| Error::Status {
+            name: name.clone(),
+            source: Box::new(source),
+        })?;
     debug!(baseline = %name, "status updated");
-    Ok(())
+    Ok(written)
 }
 
 /// Publishes an Event about `baseline`. Best effort: a lost Event never fails a reconcile.
