@@ -2,10 +2,11 @@
 # Reconciler benchmarks against a real kube-apiserver: convergence, steady state, drift
 # repair, new namespaces, memory and startup (e2e-tests/cluster/src/bin/cluster-bench.rs).
 #
-#   e2e-tests/cluster-bench.sh [--large] [cluster-bench args, e.g. --reps 5 -- --concurrency=32]
+#   e2e-tests/cluster-bench.sh [--large] [--image-binary] [cluster-bench args, e.g. --reps 5 -- --concurrency=32]
 #
 # Builds the reconciler and the bench (profile `bench`: opt-level 3, no LTO; NSB_BENCH_PROFILE
-# to change it). Unless TEST_KUBECONFIG points at a cluster, starts a FRESH local control plane
+# to change it); with --image-binary the reconciler measured is the image's static musl binary
+# (what users run: musl's allocator, LTO), built by e2e-tests/image/build.sh. Unless TEST_KUBECONFIG points at a cluster, starts a FRESH local control plane
 # (e2e-tests/control-plane) for every size, so that each size starts from an empty cluster and
 # its own audit log (namespaces cannot be deleted without a controller-manager), and always
 # stops it on exit (KEEP_STATE=1 keeps the state directories: logs, audit logs).
@@ -47,9 +48,14 @@ prioritize() {
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 large="${NSB_BENCH_LARGE:-0}"
+image_binary=0
 args=()
 for arg in "$@"; do
-  if [[ "$arg" == --large ]]; then large=1; else args+=("$arg"); fi
+  case "$arg" in
+    --large) large=1 ;;
+    --image-binary) image_binary=1 ;;
+    *) args+=("$arg") ;;
+  esac
 done
 if [[ -n "${NSB_BENCH_SIZES:-}" ]]; then
   read -r -a sizes <<<"$NSB_BENCH_SIZES"
@@ -71,8 +77,14 @@ case "$PROFILE" in
   release | bench) OUT_DIR="$TARGET_DIR/release" ;;
   *) OUT_DIR="$TARGET_DIR/$PROFILE" ;;
 esac
-export NSB_RECONCILER_BIN="$OUT_DIR/namespace-baseline-reconciler"
 BENCH="$OUT_DIR/cluster-bench"
+if [[ "$image_binary" == 1 ]]; then
+  unset NSB_RECONCILER_BIN
+  nsb_reconciler_bin
+else
+  export NSB_RECONCILER_BIN="$OUT_DIR/namespace-baseline-reconciler"
+fi
+nsb_say "the reconciler measured: $NSB_RECONCILER_BIN"
 [[ -x "$NSB_RECONCILER_BIN" && -x "$BENCH" ]] || { echo "!! binaries not found in $OUT_DIR" >&2; exit 1; }
 export NSB_RECONCILER_LOG="${NSB_RECONCILER_LOG:-info}"
 

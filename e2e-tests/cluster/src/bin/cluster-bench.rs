@@ -10,7 +10,9 @@
 //! 3. steady state: requests over two resync intervals; with `--rest S`, the RSS again after
 //!    S seconds idle;
 //! 4. drift repair: delete a managed policy (`--samples` times, spread over namespaces), time
-//!    until a watch sees it again;
+//!    until a watch sees it again, with the reconciler restarted at `--repair-resync` (default:
+//!    the reconciler's own default, 300 s; the short `--resync` of the steady-state phase
+//!    would put a full pass in front of a repair every few seconds);
 //! 5. startup: restart the process on the converged cluster, time to /readyz and to the first
 //!    reconcile, and the writes it makes;
 //! 6. new namespace: label a namespace, time until both wall objects are seen;
@@ -18,8 +20,8 @@
 //!    against the convergence time.
 //!
 //! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50]
-//! [--startups 3] [--resync 5] [--rest 0] [--create-concurrency 32] [--out FILE]
-//! [-- reconciler args...]`. Needs TEST_KUBECONFIG and NSB_RECONCILER_BIN; NSB_AUDIT_LOG for
+//! [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32]
+//! [--out FILE] [-- reconciler args...]`. Needs TEST_KUBECONFIG and NSB_RECONCILER_BIN; NSB_AUDIT_LOG for
 //! request counts; NSB_APISERVER_PID / NSB_ETCD_PID (the control plane's env) for CPU time.
 //! `e2e-tests/cluster-bench.sh` builds, starts a fresh control plane per size and runs it.
 
@@ -52,7 +54,7 @@ use namespace_baseline_core::identity::{BASELINE_LABEL, baseline_label_value, ma
 use namespace_baseline_core::spec::NamespaceBaseline;
 use serde_json::json;
 
-const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50] [--startups 3] [--resync 5] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
+const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50] [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
 
 use observe::{BaselineWatch, Key, PolicyWatch, is_ready};
 use process::{CpuMeter, Memory, Reconciler, mib};
@@ -66,6 +68,8 @@ struct Options {
     samples: usize,
     startups: usize,
     resync_secs: u64,
+    /// The resync interval during the drift-repair phase.
+    repair_resync_secs: u64,
     /// Seconds the converged reconciler idles before its RSS is read again (0: not).
     rest_secs: u64,
     create_concurrency: usize,
@@ -81,6 +85,7 @@ impl Options {
             samples: 50,
             startups: 3,
             resync_secs: 5,
+            repair_resync_secs: 300,
             rest_secs: 0,
             create_concurrency: 32,
             out: None,
@@ -106,6 +111,7 @@ impl Options {
                 "--samples" => options.samples = value()?.parse()?,
                 "--startups" => options.startups = value()?.parse()?,
                 "--resync" => options.resync_secs = value()?.parse()?,
+                "--repair-resync" => options.repair_resync_secs = value()?.parse()?,
                 "--rest" => options.rest_secs = value()?.parse()?,
                 "--create-concurrency" => options.create_concurrency = value()?.parse()?,
                 "--out" => options.out = Some(value()?.into()),
@@ -138,8 +144,13 @@ async fn main() -> Result<()> {
     let version = cluster.admin.apiserver_version().await?;
     let machine = machine();
     println!(
-        "== cluster-bench: sizes {:?}, {} convergence reps, {} samples, resync {} s, reconciler args {:?}",
-        options.sizes, options.reps, options.samples, options.resync_secs, options.reconciler_args
+        "== cluster-bench: sizes {:?}, {} convergence reps, {} samples, resync {} s (drift repair: {} s), reconciler args {:?}",
+        options.sizes,
+        options.reps,
+        options.samples,
+        options.resync_secs,
+        options.repair_resync_secs,
+        options.reconciler_args
     );
     println!(
         "== machine: {machine}; kube-apiserver {}",
@@ -237,11 +248,15 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
 
     let policies = PolicyWatch::start(cluster.admin.clone()).await?;
     let statuses = BaselineWatch::start(cluster.admin.clone());
-    let mut args = vec![
-        format!("--resync-interval={}s", options.resync_secs),
-        format!("--lease-name={}-lease", scenario.name),
-    ];
-    args.extend(options.reconciler_args.iter().cloned());
+    let reconciler_args = |resync_secs: u64| {
+        let mut args = vec![
+            format!("--resync-interval={resync_secs}s"),
+            format!("--lease-name={}-lease", scenario.name),
+        ];
+        args.extend(options.reconciler_args.iter().cloned());
+        args
+    };
+    let args = reconciler_args(options.resync_secs);
     let mut reconciler = Reconciler::spawn(cluster, &format!("bench{n}-a"), &args).await?;
     reconciler
         .wait_started(false, Duration::from_secs(60))
@@ -413,7 +428,20 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         ));
     }
 
-    // 3. Drift repair.
+    // 3. Drift repair, at the repair phase's resync interval.
+    if options.repair_resync_secs != options.resync_secs {
+        reconciler.stop().await?;
+        reconciler = Reconciler::spawn(
+            cluster,
+            &format!("bench{n}-r"),
+            &reconciler_args(options.repair_resync_secs),
+        )
+        .await?;
+        reconciler
+            .wait_started(true, Duration::from_secs(60))
+            .await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     let mark = cluster.audit.mark();
     let cpu = CpuMeter::start(reconciler.pid());
     let before = reconciler.reconcile_time()?;
@@ -458,7 +486,10 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         #[allow(clippy::cast_precision_loss)]
         let per_repair = cpu_seconds * 1e3 / repairs.len().max(1) as f64;
         rows.push(Row {
-            what: "drift repair (audit log): delete answered → re-create answered".to_owned(),
+            what: format!(
+                "drift repair (audit log, resync {} s): delete answered → re-create answered",
+                options.repair_resync_secs
+            ),
             size: n,
             median: audit_samples.median(),
             spread: audit_samples.spread(),
