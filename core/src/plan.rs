@@ -227,6 +227,11 @@ impl<'a, N: NamespaceFacts> Planner<'a, N> {
         count_matched(&self.selector, self.namespaces)
     }
 
+    /// The names of those namespaces.
+    pub fn matched_names(&self) -> impl Iterator<Item = &str> + '_ {
+        matched_names(&self.selector, self.namespaces)
+    }
+
     /// The baseline's namespace selector.
     pub fn selector(&self) -> &LabelSelector {
         &self.selector
@@ -311,12 +316,19 @@ pub fn holes<N: NamespaceFacts, P: AsRef<NetworkPolicy>>(
 /// How many of `namespaces` `selector` matches, terminating ones excluded: the status's
 /// `namespaces`.
 pub fn count_matched<N: NamespaceFacts>(selector: &LabelSelector, namespaces: &[N]) -> u32 {
-    count(
-        namespaces
-            .iter()
-            .filter(|ns| !ns.terminating() && selector.matches(ns.labels()))
-            .count(),
-    )
+    count(matched_names(selector, namespaces).count())
+}
+
+/// The names of the namespaces among `namespaces` that `selector` matches, terminating ones
+/// excluded.
+pub fn matched_names<'a, N: NamespaceFacts>(
+    selector: &'a LabelSelector,
+    namespaces: &'a [N],
+) -> impl Iterator<Item = &'a str> + 'a {
+    namespaces
+        .iter()
+        .filter(|ns| !ns.terminating() && selector.matches(ns.labels()))
+        .map(NamespaceFacts::name)
 }
 
 /// The managed policies of `baseline`, by namespace: those carrying its baseline label, and

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::error::{Error, Result};
-use crate::scope::{Dirty, PolicyIndex};
+use crate::scope::{Dirty, MatchedNamespaces, PolicyIndex};
 use crate::state::State;
 use crate::written::WrittenStatuses;
 
@@ -44,6 +44,8 @@ pub struct Caches {
     pub dirty: Dirty,
     /// The statuses this term wrote, until the baseline cache shows them.
     pub written: WrittenStatuses,
+    /// The namespaces each baseline matches, for the count of a scoped reconcile.
+    pub matched: MatchedNamespaces,
     /// Turns `true` once every watch has completed its first list.
     synced: watch::Receiver<bool>,
 }
@@ -63,6 +65,7 @@ impl Caches {
             index: PolicyIndex::default(),
             dirty: Dirty::default(),
             written: WrittenStatuses::default(),
+            matched: MatchedNamespaces::default(),
             synced,
         }
     }

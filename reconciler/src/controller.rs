@@ -274,15 +274,21 @@ async fn converge(
             };
         }
     };
+    // The planner saw the scope's namespaces; the status counts them all.
+    let name = baseline.name_any();
+    let matched = &ctx.caches.matched;
     report.namespaces = match scope {
-        Scope::All => planner.matched(),
-        // The planner saw the scope's namespaces; the status counts them all.
-        Scope::Namespaces(_) => {
-            core_plan::count_matched(planner.selector(), &ctx.caches.namespaces.state())
-        }
+        Scope::All => matched.replace(&name, planner.matched_names()),
+        Scope::Namespaces(names) => matched
+            .update(&name, names, planner.matched_names())
+            .unwrap_or_else(|| {
+                let namespaces = ctx.caches.namespaces.state();
+                let all = core_plan::matched_names(planner.selector(), &namespaces);
+                matched.replace(&name, all)
+            }),
     };
     let found = core_plan::holes(&planner, policies);
-    let (holes, new_holes) = ctx.state.holes.update(&baseline.name_any(), scope, &found);
+    let (holes, new_holes) = ctx.state.holes.update(&name, scope, &found);
     report.holes = Some(holes);
     report.dns = if baseline.spec.allow_dns {
         ctx.caches
@@ -405,6 +411,7 @@ async fn clean_up(
     // Its holes are no longer reported, its status no longer written.
     ctx.state.holes.forget(&name);
     ctx.caches.written.forget(baseline);
+    ctx.caches.matched.forget(&name);
     ctx.state.metrics.set_holes(&name, []);
     if !has_finalizer(baseline) {
         return Ok(Action::await_change());

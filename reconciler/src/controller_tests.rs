@@ -475,6 +475,45 @@ async fn a_namespace_event_reconciles_that_namespace_alone() {
     assert_eq!(status_patches(&requests)[0]["namespaces"], 2);
 }
 
+/// A scoped reconcile counts the baseline's namespaces from its last full pass and its own
+/// namespaces: one joining, then one leaving, move the status's count.
+#[tokio::test]
+async fn a_scoped_reconcile_counts_the_namespaces_that_joined_and_left() {
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a", "team-b"]),
+        Box::new(healthy),
+    );
+    let cached = converged(baseline("guarded", seed()), 2);
+    // The first reconcile is the full pass: everything in place, nothing written.
+    run(&harness, cached.clone()).await.unwrap();
+
+    let joined = harness.with_namespaces(vec![
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "guarded")]),
+        namespace("other", &[("baseline", "guarded")]),
+    ]);
+    joined.caches.dirty.namespace("guarded", "other");
+    reconcile(Arc::new(cached.clone()), joined.clone())
+        .await
+        .unwrap();
+    let left = harness.with_namespaces(vec![
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "open")]),
+        namespace("other", &[("baseline", "guarded")]),
+    ]);
+    left.caches.dirty.namespace("guarded", "team-b");
+    reconcile(Arc::new(cached), left.clone()).await.unwrap();
+    drop((joined, left));
+
+    let requests = harness.requests().await;
+    let counts: Vec<_> = status_patches(&requests)
+        .iter()
+        .map(|status| status["namespaces"].clone())
+        .collect();
+    assert_eq!(counts, [json!(3), json!(2)], "{requests:#?}");
+}
+
 #[tokio::test]
 async fn an_invalid_selector_is_a_permanent_failure_reported_once() {
     let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));

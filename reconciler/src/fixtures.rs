@@ -338,6 +338,17 @@ impl Harness {
         let mut caches = self.ctx.caches.clone();
         caches.index = policy_index(&policies);
         caches.policies = store(policies);
+        self.later(caches)
+    }
+
+    /// The same reconciler a moment later, its namespace cache now holding `namespaces`.
+    pub fn with_namespaces(&self, namespaces: Vec<Namespace>) -> Arc<Context> {
+        let mut caches = self.ctx.caches.clone();
+        caches.namespaces = store(namespaces.into_iter().map(namespace_meta).collect());
+        self.later(caches)
+    }
+
+    fn later(&self, caches: Caches) -> Arc<Context> {
         Arc::new(Context::new(
             self.ctx.client.clone(),
             caches,

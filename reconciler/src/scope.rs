@@ -159,6 +159,54 @@ impl PolicyIndex {
     }
 }
 
+/// The namespaces each baseline's selector matches, as its last full pass and the scoped
+/// reconciles since saw them: a scoped reconcile updates its own namespaces and reads the
+/// status's count from here, without a scan of every namespace (at 5,000 namespaces that
+/// scan was half the CPU of a repair).
+#[derive(Clone, Default)]
+pub struct MatchedNamespaces {
+    by_baseline: Arc<Mutex<HashMap<String, HashSet<String>>>>,
+}
+
+impl MatchedNamespaces {
+    fn sets(&self) -> MutexGuard<'_, HashMap<String, HashSet<String>>> {
+        self.by_baseline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A full pass: `matched` are all the namespaces `baseline` matches. Returns their count.
+    pub fn replace<'a>(&self, baseline: &str, matched: impl Iterator<Item = &'a str>) -> u32 {
+        let matched: HashSet<String> = matched.map(str::to_owned).collect();
+        let count = u32::try_from(matched.len()).unwrap_or(u32::MAX);
+        self.sets().insert(baseline.to_owned(), matched);
+        count
+    }
+
+    /// A scoped reconcile: of the namespaces of `scope`, `baseline` matches `matched` (those
+    /// not named stopped matching, or are gone). Returns how many it matches in all, or
+    /// `None` when no full pass of it was recorded (the caller counts them all).
+    pub fn update<'a>(
+        &self,
+        baseline: &str,
+        scope: &BTreeSet<String>,
+        matched: impl Iterator<Item = &'a str>,
+    ) -> Option<u32> {
+        let mut sets = self.sets();
+        let set = sets.get_mut(baseline)?;
+        for namespace in scope {
+            set.remove(namespace);
+        }
+        set.extend(matched.map(str::to_owned));
+        Some(u32::try_from(set.len()).unwrap_or(u32::MAX))
+    }
+
+    /// A baseline gone.
+    pub fn forget(&self, baseline: &str) {
+        self.sets().remove(baseline);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,5 +285,34 @@ mod tests {
         index.observe(&watcher::Event::InitDone);
         assert!(index.names_in("a").is_empty() && index.names_in("b").is_empty());
         assert_eq!(index.names_in("c"), ["p4"]);
+    }
+    fn scope(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_scoped_count_starts_from_the_last_full_pass() {
+        let matched = MatchedNamespaces::default();
+        assert_eq!(matched.update("b", &scope(&["a"]), ["a"].into_iter()), None);
+        assert_eq!(matched.replace("b", ["a", "b", "c"].into_iter()), 3);
+        // "b" stopped matching, "d" started: the others stand.
+        assert_eq!(
+            matched.update("b", &scope(&["b", "d"]), ["d"].into_iter()),
+            Some(3)
+        );
+        // A namespace seen again changes nothing; one gone is no longer counted.
+        assert_eq!(
+            matched.update("b", &scope(&["a"]), ["a"].into_iter()),
+            Some(3)
+        );
+        assert_eq!(matched.update("b", &scope(&["c"]), [].into_iter()), Some(2));
+        // Another baseline has its own set; a forgotten one needs a full pass again.
+        assert_eq!(matched.replace("other", ["x"].into_iter()), 1);
+        matched.forget("b");
+        assert_eq!(matched.update("b", &scope(&["a"]), ["a"].into_iter()), None);
+        assert_eq!(
+            matched.update("other", &scope(&["y"]), ["y"].into_iter()),
+            Some(2)
+        );
     }
 }

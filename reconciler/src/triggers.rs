@@ -13,7 +13,25 @@ use namespace_baseline_core::identity::{
 use namespace_baseline_core::spec::NamespaceBaseline;
 
 /// What a namespace looked like to us last time: its labels, and whether it was going away.
-type Seen = (BTreeMap<String, String>, bool);
+type Seen = (Labels, bool);
+
+/// Labels as remembered for every namespace: sorted pairs in one boxed slice (a `BTreeMap`
+/// node takes about 540 bytes whatever it holds: 2.7 MiB at 5,000 namespaces).
+type Labels = Box<[(Box<str>, Box<str>)]>;
+
+fn remembered(labels: &BTreeMap<String, String>) -> Labels {
+    labels
+        .iter()
+        .map(|(key, value)| (key.as_str().into(), value.as_str().into()))
+        .collect()
+}
+
+fn recalled(labels: &Labels) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect()
+}
 
 /// Maps namespace events to baselines. A watch event carries only the new object, but a
 /// namespace that *leaves* a baseline concerns that baseline too (its count changes; with
@@ -37,18 +55,20 @@ impl NamespaceTriggers {
         let name = namespace.name.clone().unwrap_or_default();
         let terminating = namespace.deletion_timestamp.is_some();
         let labels = namespace.labels.clone().unwrap_or_default();
+        let now = remembered(&labels);
         let previous = {
             let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
             if terminating {
                 // Its last events (the final one is the deletion) all carry the timestamp.
                 seen.remove(&name)
             } else {
-                seen.insert(name, (labels.clone(), false))
+                seen.insert(name, (now.clone(), false))
             }
         };
-        if previous.as_ref() == Some(&(labels.clone(), terminating)) {
+        if previous.as_ref() == Some(&(now, terminating)) {
             return Vec::new();
         }
+        let old_labels = previous.map(|(old, _)| recalled(&old));
         baselines
             .iter()
             .filter(|baseline| {
@@ -56,9 +76,9 @@ impl NamespaceTriggers {
                     return false;
                 };
                 selector.matches(&labels)
-                    || previous
+                    || old_labels
                         .as_ref()
-                        .is_some_and(|(old_labels, _)| selector.matches(old_labels))
+                        .is_some_and(|old_labels| selector.matches(old_labels))
             })
             .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
             .collect()

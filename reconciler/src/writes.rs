@@ -79,6 +79,20 @@ impl Counts {
     pub fn writes(&self) -> u32 {
         self.created + count(self.repaired.len()) + self.deleted
     }
+
+    /// A change written.
+    fn count(&mut self, change: Change) {
+        match change {
+            Change::Create(_) => self.created += 1,
+            Change::Repair(policy, drift) => self.repaired.push(format!(
+                "{}/{} ({})",
+                policy.namespace().unwrap_or_default(),
+                policy.name_any(),
+                drift.describe()
+            )),
+            Change::Delete { .. } => self.deleted += 1,
+        }
+    }
 }
 
 pub(crate) fn count(len: usize) -> u32 {
@@ -94,33 +108,28 @@ pub(crate) async fn apply(
     ctx: &Context,
     writes: impl Iterator<Item = (String, Vec<Change>)> + Send,
 ) -> (Counts, Option<Error>) {
-    let results: Vec<(Change, Result<()>)> = stream::iter(writes.flat_map(|(_, changes)| changes))
+    // Each change is counted and dropped as its write answers: collecting them until the
+    // end would hold every desired object of a first install (10,000 at 5,000 namespaces).
+    let (total, mut errors) = stream::iter(writes.flat_map(|(_, changes)| changes))
         .map(|change| async move {
             let result = apply_change(ctx, &change).await;
             (change, result)
         })
         .buffer_unordered(ctx.settings.concurrency.max(1))
-        .collect()
+        .fold(
+            (Counts::default(), Vec::new()),
+            |(mut total, mut errors), (change, result)| async move {
+                match result {
+                    Err(error) => {
+                        total.unapplied += 1;
+                        errors.push(error);
+                    }
+                    Ok(()) => total.count(change),
+                }
+                (total, errors)
+            },
+        )
         .await;
-    let mut total = Counts::default();
-    let mut errors = Vec::new();
-    for (change, result) in results {
-        if let Err(error) = result {
-            total.unapplied += 1;
-            errors.push(error);
-            continue;
-        }
-        match change {
-            Change::Create(_) => total.created += 1,
-            Change::Repair(policy, drift) => total.repaired.push(format!(
-                "{}/{} ({})",
-                policy.namespace().unwrap_or_default(),
-                policy.name_any(),
-                drift.describe()
-            )),
-            Change::Delete { .. } => total.deleted += 1,
-        }
-    }
     let transient = errors
         .iter()
         .position(|error| error.class() == ErrorClass::Transient);
