@@ -7,12 +7,11 @@
 
 use std::fmt;
 
-use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
-};
+use k8s_openapi::api::networking::v1::{NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Serialize;
 
+use crate::facts::PolicyFacts;
 use crate::identity::claims_management;
 
 /// How far a rule opens the wall, widest first.
@@ -132,16 +131,10 @@ impl fmt::Display for Hole {
 }
 
 /// The holes a policy opens, unless it is one of the walls' own (managed) policies.
-pub fn holes(policy: &NetworkPolicy) -> Vec<Hole> {
-    let managed = policy
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(claims_management);
-    match (&policy.spec, managed) {
-        (Some(spec), false) => {
-            spec_holes(policy.metadata.name.as_deref().unwrap_or_default(), spec)
-        }
+pub fn holes(policy: &(impl PolicyFacts + ?Sized)) -> Vec<Hole> {
+    let managed = policy.labels().is_some_and(claims_management);
+    match (policy.spec(), managed) {
+        (Some(spec), false) => spec_holes(policy.name().unwrap_or_default(), spec),
         _ => Vec::new(),
     }
 }
@@ -293,6 +286,7 @@ pub fn count_by_width<'a>(holes: impl IntoIterator<Item = &'a Hole>) -> [(Width,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
     use rstest::rstest;
     use serde_json::json;
 

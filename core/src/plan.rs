@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::facts::{ExistingPolicy, PolicyFacts};
 use crate::holes::Hole;
 use crate::identity::{
     BASELINE_LABEL, CLEANUP_FINALIZER, baseline_label_value, claims_management,
@@ -115,7 +115,7 @@ pub enum Decision<'a, N> {
 
 /// Decides what reconciling `baseline` writes, given the namespaces and the managed policies
 /// (as the watch caches hold them).
-pub fn decide<'a, N: NamespaceFacts, P: AsRef<NetworkPolicy>>(
+pub fn decide<'a, N: NamespaceFacts, P: PolicyFacts + Sync>(
     baseline: Baseline<'a>,
     namespaces: &'a [N],
     policies: &'a [P],
@@ -165,7 +165,7 @@ impl Plan {
 }
 
 /// The writes of [`Planner`], collected.
-pub fn plan<N: NamespaceFacts, P: AsRef<NetworkPolicy>>(
+pub fn plan<N: NamespaceFacts, P: PolicyFacts + Sync>(
     baseline: &str,
     spec: &NamespaceBaselineSpec,
     selector: &LabelSelector,
@@ -190,7 +190,7 @@ pub struct Planner<'a, N> {
     spec: &'a NamespaceBaselineSpec,
     selector: LabelSelector,
     namespaces: &'a [N],
-    ours: HashMap<&'a str, Vec<&'a NetworkPolicy>>,
+    ours: HashMap<&'a str, Vec<ExistingPolicy<'a>>>,
 }
 
 /// One namespace as a reconcile sees it.
@@ -200,13 +200,13 @@ pub struct NamespacePlan<'p> {
     /// Whether the baseline's selector matches it.
     pub selected: bool,
     /// This baseline's managed policies there.
-    pub existing: &'p [&'p NetworkPolicy],
+    pub existing: &'p [ExistingPolicy<'p>],
     /// The writes that bring it to the wall (empty when in place, or left as found).
     pub changes: Vec<Change>,
 }
 
 impl<'a, N: NamespaceFacts> Planner<'a, N> {
-    fn new<P: AsRef<NetworkPolicy>>(
+    fn new<P: PolicyFacts + Sync>(
         baseline: &'a str,
         spec: &'a NamespaceBaselineSpec,
         selector: LabelSelector,
@@ -275,7 +275,7 @@ impl<'a, N: NamespaceFacts> Planner<'a, N> {
 
 /// The holes other policies open in the namespaces `baseline` covers (its selector matches
 /// them, they are not terminating): each with its namespace, by namespace then policy.
-pub fn holes<N: NamespaceFacts, P: AsRef<NetworkPolicy>>(
+pub fn holes<N: NamespaceFacts, P: PolicyFacts>(
     planner: &Planner<'_, N>,
     policies: &[P],
 ) -> Vec<(String, Hole)> {
@@ -287,16 +287,13 @@ pub fn holes<N: NamespaceFacts, P: AsRef<NetworkPolicy>>(
         .collect();
     let mut found: Vec<(String, Hole)> = policies
         .iter()
-        .map(AsRef::as_ref)
         .filter(|policy| {
             policy
-                .metadata
-                .namespace
-                .as_deref()
+                .namespace()
                 .is_some_and(|namespace| covered.contains(namespace))
         })
         .flat_map(|policy| {
-            let namespace = policy.metadata.namespace.clone().unwrap_or_default();
+            let namespace = policy.namespace().unwrap_or_default().to_owned();
             crate::holes::holes(policy)
                 .into_iter()
                 .map(move |hole| (namespace.clone(), hole))
@@ -334,25 +331,24 @@ pub fn matched_names<'a, N: NamespaceFacts>(
 /// The managed policies of `baseline`, by namespace: those carrying its baseline label, and
 /// those with its policy names (a tampered label is drift to repair, not a stranger).
 /// Keyed by borrowed names: at thousands of policies, a reconcile builds this on every run.
-pub fn policies_by_namespace<'a, P: AsRef<NetworkPolicy>>(
+pub fn policies_by_namespace<'a, P: PolicyFacts + Sync>(
     baseline: &str,
     policies: &'a [P],
-) -> HashMap<&'a str, Vec<&'a NetworkPolicy>> {
+) -> HashMap<&'a str, Vec<ExistingPolicy<'a>>> {
     let label = baseline_label_value(baseline);
     let names = [deny_all_policy_name(baseline), dns_policy_name(baseline)];
-    let mut ours: HashMap<&str, Vec<&NetworkPolicy>> = HashMap::new();
+    let mut ours: HashMap<&str, Vec<ExistingPolicy<'a>>> = HashMap::new();
     for policy in policies {
-        let policy = policy.as_ref();
-        let labels = policy.metadata.labels.as_ref();
+        let labels = policy.labels();
         if !labels.is_some_and(claims_management) {
             continue;
         }
         let belongs = labels.and_then(|labels| labels.get(BASELINE_LABEL)) == Some(&label)
             || names
                 .iter()
-                .any(|name| Some(name) == policy.metadata.name.as_ref());
-        if let (true, Some(namespace)) = (belongs, &policy.metadata.namespace) {
-            ours.entry(namespace.as_str()).or_default().push(policy);
+                .any(|name| Some(name.as_str()) == policy.name());
+        if let (true, Some(namespace)) = (belongs, policy.namespace()) {
+            ours.entry(namespace).or_default().push(policy);
         }
     }
     ours

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
+use crate::facts::{ExistingPolicy, PolicyFacts};
 use crate::identity::{deny_all_policy_name, dns_policy_name, managed_labels};
 use crate::spec::{DnsSpec, NamespaceBaselineSpec};
 
@@ -152,11 +153,11 @@ impl Change {
 /// Whether `actual` has drifted from `desired`, comparing the whole spec (fields another
 /// manager added count) and the managed labels. Labels and annotations others add are
 /// tolerated: they do not weaken the wall.
-pub fn drift(desired: &NetworkPolicy, actual: &NetworkPolicy) -> Option<Drift> {
-    if canonical(&desired.spec) != canonical(&actual.spec) {
+pub fn drift(desired: &NetworkPolicy, actual: &(impl PolicyFacts + ?Sized)) -> Option<Drift> {
+    if canonical(desired.spec.as_ref()) != canonical(actual.spec()) {
         return Some(Drift::Spec);
     }
-    let actual_labels = actual.metadata.labels.as_ref();
+    let actual_labels = actual.labels();
     let labels_intact = desired
         .metadata
         .labels
@@ -170,9 +171,12 @@ pub fn drift(desired: &NetworkPolicy, actual: &NetworkPolicy) -> Option<Drift> {
 /// (`spec.egress`, `spec.podSelector`, ...) and the managed labels
 /// (`metadata.labels[hedronite.io/baseline]`) that make [`drift`] find a difference. Empty
 /// exactly when [`drift`] is `None`; compared the same way (see [`canonical_json`]).
-pub fn drifted_fields(desired: &NetworkPolicy, actual: &NetworkPolicy) -> Vec<String> {
+pub fn drifted_fields(
+    desired: &NetworkPolicy,
+    actual: &(impl PolicyFacts + ?Sized),
+) -> Vec<String> {
     let mut fields = Vec::new();
-    let (want, have) = (canonical(&desired.spec), canonical(&actual.spec));
+    let (want, have) = (canonical(desired.spec.as_ref()), canonical(actual.spec()));
     if want != have {
         let empty = serde_json::Map::new();
         let want_fields = want.as_object().unwrap_or(&empty);
@@ -190,7 +194,7 @@ pub fn drifted_fields(desired: &NetworkPolicy, actual: &NetworkPolicy) -> Vec<St
             fields.push("spec".to_owned());
         }
     }
-    let actual_labels = actual.metadata.labels.as_ref();
+    let actual_labels = actual.labels();
     for (key, value) in desired.metadata.labels.iter().flatten() {
         if actual_labels.and_then(|labels| labels.get(key)) != Some(value) {
             fields.push(format!("metadata.labels[{key}]"));
@@ -223,7 +227,7 @@ pub(crate) fn canonical_json(value: &Value) -> Value {
     }
 }
 
-fn canonical(spec: &Option<NetworkPolicySpec>) -> Value {
+fn canonical(spec: Option<&NetworkPolicySpec>) -> Value {
     // Serializing k8s-openapi types cannot fail: they hold only JSON-representable data.
     canonical_json(&serde_json::to_value(spec).unwrap_or(Value::Null))
 }
@@ -245,13 +249,13 @@ pub enum Change {
 /// A converged namespace yields no change at all.
 pub fn plan_namespace(
     desired: Vec<NetworkPolicy>,
-    existing: &[&NetworkPolicy],
+    existing: &[ExistingPolicy<'_>],
     prune: bool,
 ) -> Vec<Change> {
-    let find = |name: &Option<String>| {
+    let find = |name: Option<&str>| {
         existing
             .iter()
-            .find(|policy| policy.metadata.name == *name)
+            .find(|policy| policy.name() == name)
             .copied()
     };
     let mut changes = Vec::new();
@@ -259,19 +263,19 @@ pub fn plan_namespace(
         for policy in existing {
             let wanted = desired
                 .iter()
-                .any(|d| d.metadata.name == policy.metadata.name);
+                .any(|d| d.metadata.name.as_deref() == policy.name());
             if let (false, Some(namespace), Some(name)) =
-                (wanted, &policy.metadata.namespace, &policy.metadata.name)
+                (wanted, policy.namespace(), policy.name())
             {
                 changes.push(Change::Delete {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
                 });
             }
         }
     }
     for policy in desired {
-        match find(&policy.metadata.name) {
+        match find(policy.metadata.name.as_deref()) {
             None => changes.push(Change::Create(policy)),
             Some(actual) => {
                 if let Some(kind) = drift(&policy, actual) {
@@ -522,7 +526,8 @@ mod tests {
             .iter()
             .map(as_stored)
             .collect();
-        let existing: Vec<_> = stored.iter().collect();
+        let existing: Vec<ExistingPolicy<'_>> =
+            stored.iter().map(|p| p as ExistingPolicy<'_>).collect();
         assert!(plan_namespace(desired_wall("guarded", "ns", &seed()), &existing, true).is_empty());
     }
 
@@ -542,7 +547,8 @@ mod tests {
             .map(as_stored)
             .collect();
         stored[0].spec.as_mut().unwrap().egress = Some(vec![NetworkPolicyEgressRule::default()]);
-        let existing: Vec<_> = stored.iter().collect();
+        let existing: Vec<ExistingPolicy<'_>> =
+            stored.iter().map(|p| p as ExistingPolicy<'_>).collect();
         let changes = plan_namespace(desired_wall("guarded", "ns", &seed()), &existing, true);
         assert_eq!(
             changes,
@@ -561,7 +567,8 @@ mod tests {
             .iter()
             .map(as_stored)
             .collect();
-        let existing: Vec<_> = stored.iter().collect();
+        let existing: Vec<ExistingPolicy<'_>> =
+            stored.iter().map(|p| p as ExistingPolicy<'_>).collect();
         let no_dns = spec(json!({"namespaceLabel": "baseline=guarded", "allowDNS": false}));
         let changes = plan_namespace(desired_wall("guarded", "ns", &no_dns), &existing, prune);
         assert_eq!(changes.len(), deletes);
@@ -584,7 +591,8 @@ mod tests {
             .iter()
             .map(as_stored)
             .collect();
-        let existing: Vec<_> = stored.iter().collect();
+        let existing: Vec<ExistingPolicy<'_>> =
+            stored.iter().map(|p| p as ExistingPolicy<'_>).collect();
         let changes = plan_namespace(Vec::new(), &existing, prune);
         assert_eq!(changes.len(), deletes);
         assert!(changes.iter().all(|c| matches!(c, Change::Delete { .. })));

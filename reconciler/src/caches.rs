@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::error::{Error, Result};
+use crate::policy_cache::CachedPolicy;
 use crate::scope::{Dirty, MatchedNamespaces, PolicyIndex};
 use crate::state::State;
 use crate::written::WrittenStatuses;
@@ -32,7 +33,7 @@ pub type NamespaceMeta = PartialObjectMeta<Namespace>;
 pub struct Caches {
     pub namespaces: Store<NamespaceMeta>,
     /// Every NetworkPolicy: the managed ones are the wall, the others may open holes in it.
-    pub policies: Store<NetworkPolicy>,
+    pub policies: Store<CachedPolicy>,
     /// The DNS namespace's Services, EndpointSlices and pods, for the `DNSReachable` check
     /// (`None`: not checked).
     pub dns: Option<DnsCaches>,
@@ -53,7 +54,7 @@ pub struct Caches {
 impl Caches {
     pub fn new(
         namespaces: Store<NamespaceMeta>,
-        policies: Store<NetworkPolicy>,
+        policies: Store<CachedPolicy>,
         dns: Option<DnsCaches>,
         synced: watch::Receiver<bool>,
     ) -> Self {

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
@@ -30,6 +29,7 @@ pub use crate::caches::{
 };
 use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::ReconcileResult;
+use crate::policy_cache::CachedPolicy;
 use crate::scope::Scope;
 use crate::state::State;
 use crate::status::{self, DnsCheck, Failure, Report};
@@ -207,7 +207,7 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
 fn scoped_state(
     caches: &Caches,
     scope: &Scope,
-) -> (Vec<Arc<NamespaceMeta>>, Vec<Arc<NetworkPolicy>>) {
+) -> (Vec<Arc<NamespaceMeta>>, Vec<Arc<CachedPolicy>>) {
     match scope {
         Scope::All => (caches.namespaces.state(), caches.policies.state()),
         Scope::Namespaces(names) => {
@@ -247,7 +247,7 @@ async fn converge(
     baseline: &NamespaceBaseline,
     ctx: &Context,
     planner: Result<Planner<'_, Arc<NamespaceMeta>>, SpecError>,
-    policies: &[Arc<NetworkPolicy>],
+    policies: &[Arc<CachedPolicy>],
     scope: &Scope,
 ) -> Converged {
     let mut report = Report {

@@ -928,7 +928,7 @@ fn terminating_namespaces_are_neither_counted_nor_written() {
         &seed(),
         &selector,
         &namespaces,
-        &[] as &[Arc<NetworkPolicy>],
+        &[] as &[Arc<k8s_openapi::api::networking::v1::NetworkPolicy>],
     );
     assert_eq!(plan.namespaces, 1);
     assert_eq!(plan.writes.len(), 1);

@@ -12,7 +12,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::client::Body;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use namespace_baseline_core::doors::{DnsService, Reachability, check_dns_door};
@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::controller::{Caches, Context, DnsCaches, Settings, namespace_meta};
 use crate::leader::LeaderGate;
+use crate::policy_cache::{CachedPolicy, PolicyCache};
 use crate::retry::Retries;
 use crate::state::State;
 
@@ -126,7 +127,7 @@ fn healthy_dns_door() -> Reachability {
 
 pub fn store<K>(objects: Vec<K>) -> Store<K>
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: Lookup<DynamicType = ()> + Clone + 'static,
 {
     let (reader, mut writer) = reflector::store::<K>();
     writer.apply_watcher_event(&watcher::Event::Init);
@@ -136,6 +137,12 @@ where
     writer.apply_watcher_event(&watcher::Event::InitDone);
     // The reader must outlive the writer being dropped.
     reader
+}
+
+/// The policy cache a watch that listed `policies` fills.
+fn policy_store(policies: &[NetworkPolicy]) -> Store<CachedPolicy> {
+    let cache = PolicyCache::default();
+    store(policies.iter().map(|policy| cache.cached(policy)).collect())
 }
 
 /// The policy index a watch that listed `policies` builds.
@@ -314,7 +321,12 @@ impl Harness {
         let (_, synced) = tokio::sync::watch::channel(true);
         let namespaces = namespaces.into_iter().map(namespace_meta).collect();
         let index = policy_index(&policies);
-        let mut caches = Caches::new(store(namespaces), store(policies), Some(dns), synced);
+        let mut caches = Caches::new(
+            store(namespaces),
+            policy_store(&policies),
+            Some(dns),
+            synced,
+        );
         caches.index = index;
         let settings = Settings {
             concurrency: 4,
@@ -337,7 +349,7 @@ impl Harness {
     pub fn with_policies(&self, policies: Vec<NetworkPolicy>) -> Arc<Context> {
         let mut caches = self.ctx.caches.clone();
         caches.index = policy_index(&policies);
-        caches.policies = store(policies);
+        caches.policies = policy_store(&policies);
         self.later(caches)
     }
 

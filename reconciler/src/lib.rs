@@ -14,6 +14,7 @@ pub mod leader;
 pub mod metrics;
 pub mod panics;
 pub mod plan;
+pub mod policy_cache;
 pub mod retry;
 pub mod run;
 pub mod scope;

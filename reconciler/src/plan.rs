@@ -746,12 +746,12 @@ fn orphans(namespace: &NamespacePlan<'_>) -> Vec<PolicyRef> {
         .iter()
         .filter(|policy| {
             !namespace.changes.iter().any(|change| {
-                matches!(change, Change::Delete { name, .. } if Some(name) == policy.metadata.name.as_ref())
+                matches!(change, Change::Delete { name, .. } if Some(name.as_str()) == policy.name())
             })
         })
         .map(|policy| PolicyRef {
             namespace: namespace.namespace.to_owned(),
-            name: policy.name_any(),
+            name: policy.name().unwrap_or_default().to_owned(),
             reason: "the namespace is no longer selected; deletionPolicy Orphan leaves the policy in place, unmanaged".to_owned(),
         })
         .collect()
@@ -770,9 +770,9 @@ fn explain(
             if let Some(actual) = namespace
                 .existing
                 .iter()
-                .find(|policy| policy.metadata.name == desired.metadata.name)
+                .find(|policy| policy.name() == desired.metadata.name.as_deref())
             {
-                item.fields = drifted_fields(desired, actual);
+                item.fields = drifted_fields(desired, *actual);
             }
             item.reason = format!("differs from the wall: {}", item.fields.join(", "));
         }

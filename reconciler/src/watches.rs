@@ -20,6 +20,7 @@ use tracing::debug;
 
 use crate::caches::{Caches, ListTracker, NamespaceMeta, slim_namespace, slim_policy};
 use crate::controller::{Context, Settings, error_policy, reconcile};
+use crate::policy_cache::{CachedPolicy, PolicyCache};
 use crate::retry::{NoTriggerBackoff, WatchBackoff};
 use crate::state::State;
 use crate::triggers::{NamespaceTriggers, baselines_for_dns, baselines_for_policy};
@@ -56,7 +57,7 @@ pub async fn run(
 ) {
     let (tracker, synced) = ListTracker::new(state.clone());
     let (namespaces, namespace_writer) = reflector::store::<NamespaceMeta>();
-    let (policies, policy_writer) = reflector::store::<NetworkPolicy>();
+    let (policies, mut policy_writer) = reflector::store::<CachedPolicy>();
     let (baselines, baseline_writer) = reflector::store::<NamespaceBaseline>();
     let dns = settings
         .dns_namespace
@@ -84,14 +85,16 @@ pub async fn run(
     let policy_events = {
         let tracker = tracker.clone();
         let (tombstones, index) = (caches.tombstones.clone(), caches.index.clone());
+        let policy_cache = PolicyCache::default();
         watcher(
             Api::<NetworkPolicy>::all(client.clone()),
             watcher::Config::default().any_semantic(),
         )
         .backoff(WatchBackoff::default())
         .modify(slim_policy)
-        .reflect(policy_writer)
         .inspect_ok(move |event| {
+            // The store holds the compact form; the triggers read the event's object.
+            policy_writer.apply_watcher_event(&policy_cache.event(event));
             if let watcher::Event::Delete(policy) = event {
                 tombstones.deleted(policy);
             }
