@@ -53,46 +53,68 @@ impl<'a> From<&'a crate::spec::NamespaceBaseline> for Baseline<'a> {
 }
 
 /// What a decision reads of a namespace: its name, labels and whether it is going away. The
-/// reconciler may cache whole Namespaces or only their metadata.
+/// reconciler caches a compact form; the tests and `plan` pass whole Namespaces or metadata.
 pub trait NamespaceFacts {
-    fn metadata(&self) -> &ObjectMeta;
+    fn name(&self) -> &str;
+    fn labels(&self) -> &BTreeMap<String, String>;
+    fn terminating(&self) -> bool;
+}
 
+impl NamespaceFacts for ObjectMeta {
     fn name(&self) -> &str {
-        self.metadata().name.as_deref().unwrap_or_default()
+        self.name.as_deref().unwrap_or_default()
     }
 
     fn labels(&self) -> &BTreeMap<String, String> {
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        self.metadata().labels.as_ref().unwrap_or(&EMPTY)
+        self.labels.as_ref().unwrap_or(&EMPTY)
     }
 
     fn terminating(&self) -> bool {
-        self.metadata().deletion_timestamp.is_some()
+        self.deletion_timestamp.is_some()
     }
 }
 
 impl NamespaceFacts for Namespace {
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    fn name(&self) -> &str {
+        self.metadata.name()
     }
-}
 
-impl NamespaceFacts for ObjectMeta {
-    fn metadata(&self) -> &ObjectMeta {
-        self
+    fn labels(&self) -> &BTreeMap<String, String> {
+        self.metadata.labels()
+    }
+
+    fn terminating(&self) -> bool {
+        self.metadata.terminating()
     }
 }
 
 #[cfg(feature = "crd")]
 impl<K> NamespaceFacts for kube::core::PartialObjectMeta<K> {
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
+    fn name(&self) -> &str {
+        self.metadata.name()
+    }
+
+    fn labels(&self) -> &BTreeMap<String, String> {
+        self.metadata.labels()
+    }
+
+    fn terminating(&self) -> bool {
+        self.metadata.terminating()
     }
 }
 
 impl<T: NamespaceFacts + ?Sized> NamespaceFacts for std::sync::Arc<T> {
-    fn metadata(&self) -> &ObjectMeta {
-        (**self).metadata()
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn labels(&self) -> &BTreeMap<String, String> {
+        (**self).labels()
+    }
+
+    fn terminating(&self) -> bool {
+        (**self).terminating()
     }
 }
 

@@ -15,11 +15,13 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use namespace_baseline_core::doors::SERVICE_NAME_LABEL;
 use namespace_baseline_core::identity::claims_management;
+use namespace_baseline_core::plan::NamespaceFacts;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::info;
 
 use crate::error::{Error, Result};
+use crate::namespace_cache::CachedNamespace;
 use crate::policy_cache::CachedPolicy;
 use crate::scope::{Dirty, MatchedNamespaces, PolicyIndex};
 use crate::state::State;
@@ -31,7 +33,7 @@ pub type NamespaceMeta = PartialObjectMeta<Namespace>;
 /// The watch caches a reconcile reads the cluster from: no LIST or GET on the hot path.
 #[derive(Clone)]
 pub struct Caches {
-    pub namespaces: Store<NamespaceMeta>,
+    pub namespaces: Store<CachedNamespace>,
     /// Every NetworkPolicy: the managed ones are the wall, the others may open holes in it.
     pub policies: Store<CachedPolicy>,
     /// The DNS namespace's Services, EndpointSlices and pods, for the `DNSReachable` check
@@ -53,7 +55,7 @@ pub struct Caches {
 
 impl Caches {
     pub fn new(
-        namespaces: Store<NamespaceMeta>,
+        namespaces: Store<CachedNamespace>,
         policies: Store<CachedPolicy>,
         dns: Option<DnsCaches>,
         synced: watch::Receiver<bool>,
@@ -75,7 +77,7 @@ impl Caches {
     pub fn namespace_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
         self.namespaces
             .get(&ObjectRef::new(name))
-            .map(|namespace| namespace.metadata.labels.clone().unwrap_or_default())
+            .map(|namespace| NamespaceFacts::labels(namespace.as_ref()).clone())
     }
 
     /// Waits for the first list of every watch: acting on an empty cache would read as "no
@@ -329,10 +331,8 @@ impl ListTracker {
     }
 }
 
-/// What the namespace cache keeps: name, labels and deletion timestamp, all a plan or a
-/// trigger reads (the watch is metadata-only already; this drops managed fields,
-/// annotations, uid and resourceVersion, most of what is left at thousands of namespaces;
-/// the store's keys ignore uid and resourceVersion).
+/// What `plan` and the tests keep of a namespace: name, labels and deletion timestamp, all a
+/// plan reads (the watch itself feeds the compact [`CachedNamespace`]).
 pub fn slim_namespace(namespace: &mut NamespaceMeta) {
     namespace.metadata = slim_namespace_metadata(std::mem::take(&mut namespace.metadata));
 }

@@ -29,6 +29,7 @@ pub use crate::caches::{
 };
 use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::ReconcileResult;
+use crate::namespace_cache::CachedNamespace;
 use crate::policy_cache::CachedPolicy;
 use crate::scope::Scope;
 use crate::state::State;
@@ -207,7 +208,7 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
 fn scoped_state(
     caches: &Caches,
     scope: &Scope,
-) -> (Vec<Arc<NamespaceMeta>>, Vec<Arc<CachedPolicy>>) {
+) -> (Vec<Arc<CachedNamespace>>, Vec<Arc<CachedPolicy>>) {
     match scope {
         Scope::All => (caches.namespaces.state(), caches.policies.state()),
         Scope::Namespaces(names) => {
@@ -246,7 +247,7 @@ struct Converged {
 async fn converge(
     baseline: &NamespaceBaseline,
     ctx: &Context,
-    planner: Result<Planner<'_, Arc<NamespaceMeta>>, SpecError>,
+    planner: Result<Planner<'_, Arc<CachedNamespace>>, SpecError>,
     policies: &[Arc<CachedPolicy>],
     scope: &Scope,
 ) -> Converged {

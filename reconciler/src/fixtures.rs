@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::controller::{Caches, Context, DnsCaches, Settings, namespace_meta};
 use crate::leader::LeaderGate;
+use crate::namespace_cache::CachedNamespace;
 use crate::policy_cache::{CachedPolicy, PolicyCache};
 use crate::retry::Retries;
 use crate::state::State;
@@ -137,6 +138,16 @@ where
     writer.apply_watcher_event(&watcher::Event::InitDone);
     // The reader must outlive the writer being dropped.
     reader
+}
+
+/// The namespace cache a watch that listed `namespaces` fills.
+fn namespace_store(namespaces: Vec<Namespace>) -> Store<CachedNamespace> {
+    store(
+        namespaces
+            .into_iter()
+            .map(|namespace| CachedNamespace::from(&namespace_meta(namespace)))
+            .collect(),
+    )
 }
 
 /// The policy cache a watch that listed `policies` fills.
@@ -319,10 +330,9 @@ impl Harness {
         state.retries = Retries::default().without_jitter();
         let state = Arc::new(state);
         let (_, synced) = tokio::sync::watch::channel(true);
-        let namespaces = namespaces.into_iter().map(namespace_meta).collect();
         let index = policy_index(&policies);
         let mut caches = Caches::new(
-            store(namespaces),
+            namespace_store(namespaces),
             policy_store(&policies),
             Some(dns),
             synced,
@@ -356,7 +366,7 @@ impl Harness {
     /// The same reconciler a moment later, its namespace cache now holding `namespaces`.
     pub fn with_namespaces(&self, namespaces: Vec<Namespace>) -> Arc<Context> {
         let mut caches = self.ctx.caches.clone();
-        caches.namespaces = store(namespaces.into_iter().map(namespace_meta).collect());
+        caches.namespaces = namespace_store(namespaces);
         self.later(caches)
     }
 

@@ -12,6 +12,7 @@ pub mod error;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod namespace_cache;
 pub mod panics;
 pub mod plan;
 pub mod policy_cache;

@@ -15,11 +15,13 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use namespace_baseline_core::plan::NamespaceFacts;
 use namespace_baseline_core::spec::NamespaceBaseline;
 use tracing::debug;
 
-use crate::caches::{Caches, ListTracker, NamespaceMeta, slim_namespace, slim_policy};
+use crate::caches::{Caches, ListTracker, NamespaceMeta, slim_policy};
 use crate::controller::{Context, Settings, error_policy, reconcile};
+use crate::namespace_cache::{CachedNamespace, cached_event};
 use crate::policy_cache::{CachedPolicy, PolicyCache};
 use crate::retry::{NoTriggerBackoff, WatchBackoff};
 use crate::state::State;
@@ -56,7 +58,7 @@ pub async fn run(
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (tracker, synced) = ListTracker::new(state.clone());
-    let (namespaces, namespace_writer) = reflector::store::<NamespaceMeta>();
+    let (namespaces, mut namespace_writer) = reflector::store::<CachedNamespace>();
     let (policies, mut policy_writer) = reflector::store::<CachedPolicy>();
     let (baselines, baseline_writer) = reflector::store::<NamespaceBaseline>();
     let dns = settings
@@ -77,9 +79,11 @@ pub async fn run(
             watcher::Config::default().any_semantic(),
         )
         .backoff(WatchBackoff::default())
-        .modify(slim_namespace)
-        .reflect(namespace_writer)
-        .inspect_ok(move |event| tracker.observe(ListTracker::NAMESPACES, event))
+        .inspect_ok(move |event| {
+            // The store holds the compact form; the triggers read the event's object.
+            namespace_writer.apply_watcher_event(&cached_event(event));
+            tracker.observe(ListTracker::NAMESPACES, event);
+        })
         .touched_objects()
     };
     let policy_events = {
@@ -142,7 +146,7 @@ pub async fn run(
             let triggered = baselines_for_policy(&policy, &baselines.state(), |name| {
                 namespaces
                     .get(&ObjectRef::new(name))
-                    .map(|namespace| namespace.metadata.labels.clone().unwrap_or_default())
+                    .map(|namespace| NamespaceFacts::labels(namespace.as_ref()).clone())
             });
             let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
             for baseline in &triggered {
