@@ -17,7 +17,7 @@
 //!    reconcile, and the writes it makes;
 //! 6. new namespace: label a namespace, time until both wall objects are seen;
 //! 7. the floor: the same 2N server-side applies by a plain client at several concurrencies,
-//!    against the convergence time.
+//!    each `--reps` times, the lowest median against the convergence's median.
 //!
 //! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50]
 //! [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32]
@@ -627,32 +627,39 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
     reconciler.stop().await?;
 
     // 6. The floor: the same writes by a plain client as the reconciler's ServiceAccount, at
-    // several concurrencies (each a new wall, so that every apply creates an object); the
-    // best is the floor the convergence is compared with.
+    // several concurrencies (each run a new wall, so that every apply creates an object),
+    // each repeated as often as the convergence (`--reps`): the lowest median is the floor,
+    // compared median to median with the convergence.
     let client = cluster.reconciler_client().await?;
     let mut floor_runs = Vec::new();
     for concurrency in [16, 32, 64] {
-        let name = format!("{}-floor{concurrency}", scenario.name);
-        let mark = cluster.audit.mark();
-        let run = floor::run(&client, &name, &walled, concurrency).await?;
-        let requests = requests_since(cluster, mark);
-        eprintln!(
-            "   floor: {} applies at concurrency {concurrency} in {}; {}",
-            2 * n,
-            ms(run.took.as_secs_f64() * 1e3),
-            describe(&requests)
-        );
-        floor_runs.push((run, requests));
+        let mut runs = Vec::new();
+        let mut run_requests = None;
+        for rep in 1..=options.reps {
+            let name = format!("{}-floor{concurrency}-{rep}", scenario.name);
+            let mark = cluster.audit.mark();
+            let took = floor::run(&client, &name, &walled, concurrency).await?;
+            let requests = requests_since(cluster, mark);
+            eprintln!(
+                "   floor: {} applies at concurrency {concurrency} in {}; {}",
+                2 * n,
+                ms(took.as_secs_f64() * 1e3),
+                describe(&requests)
+            );
+            runs.push(took);
+            run_requests = Some(requests);
+        }
+        floor_runs.push((concurrency, Samples::new(&runs), run_requests.flatten()));
     }
-    let (best, best_requests) = floor_runs
+    let (best_concurrency, best, best_requests) = floor_runs
         .iter()
-        .min_by_key(|(run, _)| run.took)
+        .min_by(|(_, a, _), (_, b, _)| a.p(50.0).total_cmp(&b.p(50.0)))
         .context("no floor run")?;
-    let floor_ms = best.took.as_secs_f64() * 1e3;
+    let floor_ms = best.p(50.0);
     let converged_ms = samples.p(50.0);
     let ratio = converged_ms / floor_ms;
     rows.push(Row {
-        what: "floor: 2N server-side applies by a plain client (best concurrency) vs convergence"
+        what: "floor: 2N server-side applies by a plain client (best concurrency, median) vs convergence (median)"
             .to_owned(),
         size: n,
         median: ms(floor_ms),
@@ -660,15 +667,14 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         target: "convergence ≤ 1.2 × floor".to_owned(),
         verdict: Verdict::of(ratio <= 1.2),
         detail: format!(
-            "floor at concurrency {} ({}); runs: {}; convergence median {}",
-            best.concurrency,
+            "floor at concurrency {best_concurrency} ({}); medians (spread) by concurrency: {}; convergence median {}",
             describe(best_requests),
             floor_runs
                 .iter()
-                .map(|(run, _)| format!(
-                    "{} → {}",
-                    run.concurrency,
-                    ms(run.took.as_secs_f64() * 1e3)
+                .map(|(concurrency, runs, _)| format!(
+                    "{concurrency} → {} ({})",
+                    ms(runs.p(50.0)),
+                    runs.spread()
                 ))
                 .collect::<Vec<_>>()
                 .join(", "),

@@ -15,20 +15,14 @@ use namespace_baseline_cluster_tests::FIELD_MANAGER;
 use namespace_baseline_core::NamespaceBaselineSpec;
 use namespace_baseline_core::wall::desired_wall;
 
-/// One run of the floor: how long the 2N applies took at `concurrency`.
-pub struct FloorRun {
-    pub concurrency: usize,
-    pub took: Duration,
-}
-
 /// Applies the wall of a baseline named `baseline` to every namespace, `concurrency` applies
-/// in flight; every write must succeed.
+/// in flight; every write must succeed. Returns how long the 2N applies took.
 pub async fn run(
     client: &Client,
     baseline: &str,
     namespaces: &[String],
     concurrency: usize,
-) -> Result<FloorRun> {
+) -> Result<Duration> {
     let spec = NamespaceBaselineSpec::new("floor");
     let objects: Vec<NetworkPolicy> = namespaces
         .iter()
@@ -63,5 +57,5 @@ pub async fn run(
         results.len(),
         results.iter().find_map(|result| result.as_ref().err())
     );
-    Ok(FloorRun { concurrency, took })
+    Ok(took)
 }
