@@ -65,21 +65,3 @@ impl<T: PolicyFacts + ?Sized> PolicyFacts for Arc<T> {
         (**self).spec()
     }
 }
-
-impl<T: PolicyFacts + ?Sized> PolicyFacts for &T {
-    fn name(&self) -> Option<&str> {
-        (**self).name()
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        (**self).namespace()
-    }
-
-    fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        (**self).labels()
-    }
-
-    fn spec(&self) -> Option<&NetworkPolicySpec> {
-        (**self).spec()
-    }
-}
