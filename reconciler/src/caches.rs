@@ -25,7 +25,7 @@ use crate::namespace_cache::CachedNamespace;
 use crate::policy_cache::CachedPolicy;
 use crate::scope::{Dirty, MatchedNamespaces, PolicyIndex};
 use crate::state::State;
-use crate::written::WrittenStatuses;
+use crate::written::{UnseenWrites, WrittenStatuses};
 
 /// A namespace as the reconciler watches it: its metadata only (name, labels, deletion).
 pub type NamespaceMeta = PartialObjectMeta<Namespace>;
@@ -47,6 +47,8 @@ pub struct Caches {
     pub dirty: Dirty,
     /// The statuses this term wrote, until the baseline cache shows them.
     pub written: WrittenStatuses,
+    /// The policies this term is writing, until the policy cache shows them.
+    pub unseen: UnseenWrites,
     /// The namespaces each baseline matches, for the count of a scoped reconcile.
     pub matched: MatchedNamespaces,
     /// Turns `true` once every watch has completed its first list.
@@ -68,6 +70,7 @@ impl Caches {
             index: PolicyIndex::default(),
             dirty: Dirty::default(),
             written: WrittenStatuses::default(),
+            unseen: UnseenWrites::default(),
             matched: MatchedNamespaces::default(),
             synced,
         }

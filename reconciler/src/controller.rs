@@ -314,10 +314,19 @@ async fn converge(
     // Changes are computed namespace by namespace as the writes go out: a first install over
     // thousands of namespaces never holds every desired object at once. A policy someone
     // deleted is re-created as the repair of that deletion.
-    let tombstones = &ctx.caches.tombstones;
+    // A policy this term is writing and the cache does not show yet is left to the reconcile
+    // its echo triggers (written.rs: UnseenWrites).
+    let (tombstones, unseen) = (&ctx.caches.tombstones, &ctx.caches.unseen);
     let writes = planner.writes().map(|(namespace, changes)| {
         let changes = changes
             .into_iter()
+            .filter(|change| match change {
+                Change::Create(policy) | Change::Repair(policy, _) => !unseen.pending(
+                    &namespace,
+                    policy.metadata.name.as_deref().unwrap_or_default(),
+                ),
+                Change::Delete { .. } => true,
+            })
             .map(|change| match &change {
                 Change::Create(policy)
                     if tombstones.contains(

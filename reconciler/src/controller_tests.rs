@@ -264,6 +264,32 @@ async fn a_reconcile_ahead_of_the_baseline_cache_compares_with_the_status_it_wro
     );
 }
 
+/// The two applies of a namespace echo separately: a reconcile triggered by the first echo
+/// finds the second object not in the cache yet, and must not write it again.
+#[tokio::test]
+async fn a_policy_being_written_is_not_written_again_before_the_watch_shows_it() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    let dns = policies.remove(3); // team-b's DNS door: applied, its echo not arrived
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    let (namespace, name) = (
+        dns.metadata.namespace.as_deref().unwrap(),
+        dns.metadata.name.as_deref().unwrap(),
+    );
+    harness.ctx.caches.unseen.writing(namespace, name);
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    // The echo arrives, then the object is deleted: the next reconcile writes it.
+    harness.ctx.caches.unseen.settled(namespace, name);
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 1, "{applies:#?}");
+    assert_eq!(applies[0].path, policy_path(namespace, name));
+}
+
 #[tokio::test]
 async fn a_deleted_policy_is_recreated() {
     let mut policies = full_wall(&seed(), &["team-a", "team-b"]);

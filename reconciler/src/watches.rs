@@ -88,7 +88,11 @@ pub async fn run(
     };
     let policy_events = {
         let tracker = tracker.clone();
-        let (tombstones, index) = (caches.tombstones.clone(), caches.index.clone());
+        let (tombstones, index, unseen) = (
+            caches.tombstones.clone(),
+            caches.index.clone(),
+            caches.unseen.clone(),
+        );
         let policy_cache = PolicyCache::default();
         watcher(
             Api::<NetworkPolicy>::all(client.clone()),
@@ -99,6 +103,15 @@ pub async fn run(
         .inspect_ok(move |event| {
             // The store holds the compact form; the triggers read the event's object.
             policy_writer.apply_watcher_event(&policy_cache.event(event));
+            if let watcher::Event::Apply(policy)
+            | watcher::Event::InitApply(policy)
+            | watcher::Event::Delete(policy) = event
+            {
+                unseen.settled(
+                    policy.metadata.namespace.as_deref().unwrap_or_default(),
+                    policy.metadata.name.as_deref().unwrap_or_default(),
+                );
+            }
             if let watcher::Event::Delete(policy) = event {
                 tombstones.deleted(policy);
             }

@@ -170,17 +170,26 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
         });
     };
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);
-    ctx.write(api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(policy),
-    ))
-    .await?
-    .map_err(|source| Error::Apply {
-        namespace: namespace.clone(),
-        name: name.clone(),
-        source: Box::new(source),
-    })?;
+    ctx.caches.unseen.writing(namespace, name);
+    let applied = ctx
+        .write(api.patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(policy),
+        ))
+        .await
+        .and_then(|answer| {
+            answer.map_err(|source| Error::Apply {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                source: Box::new(source),
+            })
+        });
+    if applied.is_err() {
+        // Nothing for the watch to show (or nothing known): the next plan may write it.
+        ctx.caches.unseen.settled(namespace, name);
+    }
+    applied?;
     debug!(%namespace, %name, "applied");
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The statuses this term wrote, until the baseline cache shows them.
+//! What this term wrote, until the watch caches show it: statuses and policies.
 //!
 //! A reconcile reads a baseline from the watch cache, and the cache can lag the reconciler's
 //! own status write: the echo of a policy write often triggers the next reconcile before the
@@ -84,6 +84,72 @@ impl WrittenStatuses {
     }
 }
 
+/// How long a policy write waits for the policy watch to show it before a reconcile may
+/// write it again (a watch that lags this much is reconnecting).
+pub const UNSEEN_WRITE_LIFETIME: Duration = Duration::from_secs(10);
+
+/// The managed policies this term is applying or has applied, until the policy watch shows
+/// them. The two applies of a namespace answer and echo separately: a scoped reconcile
+/// triggered by the first echo would find the second object missing (or still drifted) in the
+/// cache and write it again. A change to a policy in this set is left out of the plan; the
+/// echo that removes it triggers the reconcile that checks it. Marked before the request
+/// goes out, since the watch can show an apply before its answer arrives.
+#[derive(Clone, Default)]
+pub struct UnseenWrites {
+    inner: Arc<Mutex<Unseen>>,
+}
+
+#[derive(Default)]
+struct Unseen {
+    since: HashMap<(String, String), Instant>,
+    /// Writes marked since the expired ones were last swept.
+    marked: usize,
+}
+
+/// How many writes are marked between two sweeps of the expired ones.
+const SWEEP_EVERY: usize = 1024;
+
+impl UnseenWrites {
+    fn since(&self) -> std::sync::MutexGuard<'_, Unseen> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An apply of `namespace/name` is about to go out.
+    pub fn writing(&self, namespace: &str, name: &str) {
+        let mut unseen = self.since();
+        unseen.marked += 1;
+        if unseen.marked >= SWEEP_EVERY {
+            unseen
+                .since
+                .retain(|_, at| at.elapsed() < UNSEEN_WRITE_LIFETIME);
+            unseen.marked = 0;
+        }
+        unseen
+            .since
+            .insert((namespace.to_owned(), name.to_owned()), Instant::now());
+    }
+
+    /// The watch showed `namespace/name` (created, changed or deleted), or the apply failed.
+    pub fn settled(&self, namespace: &str, name: &str) {
+        let mut unseen = self.since();
+        if !unseen.since.is_empty() {
+            unseen
+                .since
+                .remove(&(namespace.to_owned(), name.to_owned()));
+        }
+    }
+
+    /// Whether a write of `namespace/name` is still to be shown by the watch.
+    pub fn pending(&self, namespace: &str, name: &str) -> bool {
+        let unseen = self.since();
+        !unseen.since.is_empty()
+            && unseen
+                .since
+                .get(&(namespace.to_owned(), name.to_owned()))
+                .is_some_and(|at| at.elapsed() < UNSEEN_WRITE_LIFETIME)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +228,19 @@ mod tests {
         answer.metadata.resource_version = None;
         written.record(&before, answer);
         assert_eq!(namespaces(written.current(&before)), Some(3));
+    }
+    #[tokio::test(start_paused = true)]
+    async fn a_policy_write_is_pending_until_the_watch_shows_it_or_it_expires() {
+        let unseen = UnseenWrites::default();
+        assert!(!unseen.pending("team-a", "deny"));
+        unseen.writing("team-a", "deny");
+        unseen.writing("team-a", "dns");
+        assert!(unseen.pending("team-a", "deny"));
+        assert!(!unseen.pending("team-b", "deny"));
+        unseen.settled("team-a", "deny");
+        assert!(!unseen.pending("team-a", "deny"));
+        assert!(unseen.pending("team-a", "dns"));
+        tokio::time::advance(UNSEEN_WRITE_LIFETIME).await;
+        assert!(!unseen.pending("team-a", "dns"));
     }
 }
