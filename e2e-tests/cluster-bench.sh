@@ -6,7 +6,9 @@
 #
 # Builds the reconciler and the bench (profile `bench`: opt-level 3, no LTO; NSB_BENCH_PROFILE
 # to change it); with --image-binary the reconciler measured is the image's static musl binary
-# (what users run: musl's allocator, LTO), built by e2e-tests/image/build.sh. Unless TEST_KUBECONFIG points at a cluster, starts a FRESH local control plane
+# (what users run: musl's allocator, LTO), built by e2e-tests/image/build.sh. Without it, a
+# preset NSB_RECONCILER_BIN names the reconciler to run (e.g. a wrapper that execs it under
+# heaptrack's preload library). Unless TEST_KUBECONFIG points at a cluster, starts a FRESH local control plane
 # (e2e-tests/control-plane) for every size, so that each size starts from an empty cluster and
 # its own audit log (namespaces cannot be deleted without a controller-manager), and always
 # stops it on exit (KEEP_STATE=1 keeps the state directories: logs, audit logs).
@@ -82,7 +84,8 @@ if [[ "$image_binary" == 1 ]]; then
   unset NSB_RECONCILER_BIN
   nsb_reconciler_bin
 else
-  export NSB_RECONCILER_BIN="$OUT_DIR/namespace-baseline-reconciler"
+  # A preset NSB_RECONCILER_BIN (e.g. a wrapper that runs it under a profiler) is kept.
+  export NSB_RECONCILER_BIN="${NSB_RECONCILER_BIN:-$OUT_DIR/namespace-baseline-reconciler}"
 fi
 nsb_say "the reconciler measured: $NSB_RECONCILER_BIN"
 [[ -x "$NSB_RECONCILER_BIN" && -x "$BENCH" ]] || { echo "!! binaries not found in $OUT_DIR" >&2; exit 1; }
