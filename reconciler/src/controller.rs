@@ -35,6 +35,7 @@ use crate::scope::Scope;
 use crate::state::State;
 use crate::status::{self, DnsCheck, Failure, Report};
 use crate::writes::{Counts, apply, count, patch_finalizers, patch_status, publish};
+use crate::written::PendingWrites;
 
 /// The `reportingController` of the Events this reconciler publishes.
 pub const CONTROLLER_NAME: &str = "hedronite.io/namespace-baseline-reconciler";
@@ -167,6 +168,8 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
         }
         scope => scope,
     };
+    // Before the cache is read: a write of this term not in it is in the cache (written.rs).
+    let pending = ctx.caches.unseen.snapshot();
     let (namespaces, policies) = scoped_state(&ctx.caches, &scope);
     let planner = match decide(Baseline::from(baseline), &namespaces, &policies) {
         Decision::CleanUp(writes) => return Ok(clean_up(baseline, ctx, writes).await?),
@@ -180,7 +183,7 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
         counts,
         new_holes,
         error,
-    } = converge(baseline, ctx, planner, &policies, &scope).await;
+    } = converge(baseline, ctx, planner, &policies, &scope, &pending).await;
     let previous = ctx.caches.written.current(baseline);
     match error {
         None => {
@@ -250,6 +253,7 @@ async fn converge(
     planner: Result<Planner<'_, Arc<CachedNamespace>>, SpecError>,
     policies: &[Arc<CachedPolicy>],
     scope: &Scope,
+    pending: &PendingWrites,
 ) -> Converged {
     let mut report = Report {
         generation: baseline.meta().generation,
@@ -316,12 +320,12 @@ async fn converge(
     // deleted is re-created as the repair of that deletion.
     // A policy this term is writing and the cache does not show yet is left to the reconcile
     // its echo triggers (written.rs: UnseenWrites).
-    let (tombstones, unseen) = (&ctx.caches.tombstones, &ctx.caches.unseen);
+    let tombstones = &ctx.caches.tombstones;
     let writes = planner.writes().map(|(namespace, changes)| {
         let changes = changes
             .into_iter()
             .filter(|change| match change {
-                Change::Create(policy) | Change::Repair(policy, _) => !unseen.pending(
+                Change::Create(policy) | Change::Repair(policy, _) => !pending.contains(
                     &namespace,
                     policy.metadata.name.as_deref().unwrap_or_default(),
                 ),

@@ -12,7 +12,7 @@
 //! Within a leadership term the reconciler is the status's only writer; a new term starts
 //! with an empty memory and trusts its freshly listed cache.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -93,7 +93,9 @@ pub const UNSEEN_WRITE_LIFETIME: Duration = Duration::from_secs(10);
 /// triggered by the first echo would find the second object missing (or still drifted) in the
 /// cache and write it again. A change to a policy in this set is left out of the plan; the
 /// echo that removes it triggers the reconcile that checks it. Marked before the request
-/// goes out, since the watch can show an apply before its answer arrives.
+/// goes out, since the watch can show an apply before its answer arrives; cleared after the
+/// watch has put it in the cache. A reconcile takes its [`UnseenWrites::snapshot`] before it
+/// reads the cache: a write not in the snapshot is then in what it reads.
 #[derive(Clone, Default)]
 pub struct UnseenWrites {
     inner: Arc<Mutex<Unseen>>,
@@ -139,14 +141,27 @@ impl UnseenWrites {
         }
     }
 
-    /// Whether a write of `namespace/name` is still to be shown by the watch.
-    pub fn pending(&self, namespace: &str, name: &str) -> bool {
+    /// The writes still to be shown by the watch, now.
+    pub fn snapshot(&self) -> PendingWrites {
         let unseen = self.since();
-        !unseen.since.is_empty()
-            && unseen
+        PendingWrites(
+            unseen
                 .since
-                .get(&(namespace.to_owned(), name.to_owned()))
-                .is_some_and(|at| at.elapsed() < UNSEEN_WRITE_LIFETIME)
+                .iter()
+                .filter(|(_, at)| at.elapsed() < UNSEEN_WRITE_LIFETIME)
+                .map(|(key, _)| key.clone())
+                .collect(),
+        )
+    }
+}
+
+/// The writes a reconcile leaves to their echoes ([`UnseenWrites::snapshot`]).
+#[derive(Debug, Default)]
+pub struct PendingWrites(HashSet<(String, String)>);
+
+impl PendingWrites {
+    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+        !self.0.is_empty() && self.0.contains(&(namespace.to_owned(), name.to_owned()))
     }
 }
 
@@ -232,15 +247,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_policy_write_is_pending_until_the_watch_shows_it_or_it_expires() {
         let unseen = UnseenWrites::default();
-        assert!(!unseen.pending("team-a", "deny"));
+        assert!(!unseen.snapshot().contains("team-a", "deny"));
         unseen.writing("team-a", "deny");
         unseen.writing("team-a", "dns");
-        assert!(unseen.pending("team-a", "deny"));
-        assert!(!unseen.pending("team-b", "deny"));
+        let before = unseen.snapshot();
+        assert!(before.contains("team-a", "deny"));
+        assert!(!before.contains("team-b", "deny"));
         unseen.settled("team-a", "deny");
-        assert!(!unseen.pending("team-a", "deny"));
-        assert!(unseen.pending("team-a", "dns"));
+        // A snapshot is what was pending when it was taken.
+        assert!(before.contains("team-a", "deny"));
+        assert!(!unseen.snapshot().contains("team-a", "deny"));
+        assert!(unseen.snapshot().contains("team-a", "dns"));
         tokio::time::advance(UNSEEN_WRITE_LIFETIME).await;
-        assert!(!unseen.pending("team-a", "dns"));
+        assert!(!unseen.snapshot().contains("team-a", "dns"));
     }
 }
