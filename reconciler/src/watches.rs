@@ -12,10 +12,9 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use namespace_baseline_core::plan::NamespaceFacts;
 use namespace_baseline_core::spec::NamespaceBaseline;
 use tracing::debug;
 
@@ -66,7 +65,7 @@ pub async fn run(
         .as_deref()
         .map(|namespace| crate::caches::DnsWatches::new(&client, namespace));
     let caches = Caches::new(
-        namespaces.clone(),
+        namespaces,
         policies,
         dns.as_ref().map(|dns| dns.caches.clone()),
         synced,
@@ -153,14 +152,12 @@ pub async fn run(
     };
     let for_policy = {
         let baselines = baselines.clone();
-        let namespaces = namespaces.clone();
-        let dirty = caches.dirty.clone();
+        let caches = caches.clone();
         move |policy: NetworkPolicy| {
             let triggered = baselines_for_policy(&policy, &baselines.state(), |name| {
-                namespaces
-                    .get(&ObjectRef::new(name))
-                    .map(|namespace| NamespaceFacts::labels(namespace.as_ref()).clone())
+                caches.namespace_labels(name)
             });
+            let dirty = &caches.dirty;
             let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
             for baseline in &triggered {
                 dirty.namespace(&baseline.name, namespace);
