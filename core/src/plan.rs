@@ -3,7 +3,7 @@
 //! functions of the objects a reconciler caches: the reconciler acts on them, `plan` and the
 //! playground report them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -52,11 +52,12 @@ impl<'a> From<&'a crate::spec::NamespaceBaseline> for Baseline<'a> {
     }
 }
 
-/// What a decision reads of a namespace: its name, labels and whether it is going away. The
-/// reconciler caches a compact form; the tests and `plan` pass whole Namespaces or metadata.
+/// What a decision reads of a namespace: its name, the value of a label (the one question a
+/// baseline's selector asks) and whether it is going away. The reconciler caches a compact
+/// form; the tests and `plan` pass whole Namespaces or metadata.
 pub trait NamespaceFacts {
     fn name(&self) -> &str;
-    fn labels(&self) -> &BTreeMap<String, String>;
+    fn label(&self, key: &str) -> Option<&str>;
     fn terminating(&self) -> bool;
 }
 
@@ -65,9 +66,8 @@ impl NamespaceFacts for ObjectMeta {
         self.name.as_deref().unwrap_or_default()
     }
 
-    fn labels(&self) -> &BTreeMap<String, String> {
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        self.labels.as_ref().unwrap_or(&EMPTY)
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
     }
 
     fn terminating(&self) -> bool {
@@ -80,8 +80,8 @@ impl NamespaceFacts for Namespace {
         self.metadata.name()
     }
 
-    fn labels(&self) -> &BTreeMap<String, String> {
-        self.metadata.labels()
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.label(key)
     }
 
     fn terminating(&self) -> bool {
@@ -95,8 +95,8 @@ impl<K> NamespaceFacts for kube::core::PartialObjectMeta<K> {
         self.metadata.name()
     }
 
-    fn labels(&self) -> &BTreeMap<String, String> {
-        self.metadata.labels()
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.label(key)
     }
 
     fn terminating(&self) -> bool {
@@ -109,8 +109,8 @@ impl<T: NamespaceFacts + ?Sized> NamespaceFacts for std::sync::Arc<T> {
         (**self).name()
     }
 
-    fn labels(&self) -> &BTreeMap<String, String> {
-        (**self).labels()
+    fn label(&self, key: &str) -> Option<&str> {
+        (**self).label(key)
     }
 
     fn terminating(&self) -> bool {
@@ -270,7 +270,7 @@ impl<'a, N: NamespaceFacts> Planner<'a, N> {
             .filter_map(move |namespace| {
                 let name = namespace.name();
                 let existing = self.ours.get(name).map_or(&[][..], Vec::as_slice);
-                let selected = self.selector.matches(namespace.labels());
+                let selected = self.selector.selects(namespace);
                 let changes = if selected {
                     plan_namespace(desired_wall(self.baseline, name, self.spec), existing, true)
                 } else if existing.is_empty() {
@@ -304,7 +304,7 @@ pub fn holes<N: NamespaceFacts, P: PolicyFacts>(
     let covered: std::collections::HashSet<&str> = planner
         .namespaces
         .iter()
-        .filter(|ns| !ns.terminating() && planner.selector.matches(ns.labels()))
+        .filter(|ns| !ns.terminating() && planner.selector.selects(*ns))
         .map(NamespaceFacts::name)
         .collect();
     let mut found: Vec<(String, Hole)> = policies
@@ -346,7 +346,7 @@ pub fn matched_names<'a, N: NamespaceFacts>(
 ) -> impl Iterator<Item = &'a str> + 'a {
     namespaces
         .iter()
-        .filter(|ns| !ns.terminating() && selector.matches(ns.labels()))
+        .filter(|ns| !ns.terminating() && selector.selects(*ns))
         .map(NamespaceFacts::name)
 }
 

@@ -126,7 +126,18 @@ impl LabelSelector {
 
     /// Whether a namespace with these labels is covered.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        match (&self.value, labels.get(&self.key)) {
+        self.matches_value(labels.get(&self.key).map(String::as_str))
+    }
+
+    /// Whether this namespace is covered.
+    pub fn selects(&self, namespace: &(impl crate::plan::NamespaceFacts + ?Sized)) -> bool {
+        self.matches_value(namespace.label(&self.key))
+    }
+
+    /// Whether a namespace whose label [`Self::key`] has this value (`None`: absent) is
+    /// covered.
+    fn matches_value(&self, actual: Option<&str>) -> bool {
+        match (&self.value, actual) {
             (_, None) => false,
             (None, Some(_)) => true,
             (Some(wanted), Some(actual)) => wanted == actual,

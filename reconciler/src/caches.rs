@@ -15,7 +15,6 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use namespace_baseline_core::doors::SERVICE_NAME_LABEL;
 use namespace_baseline_core::identity::claims_management;
-use namespace_baseline_core::plan::NamespaceFacts;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::info;
@@ -76,11 +75,9 @@ impl Caches {
         }
     }
 
-    /// The labels of a cached namespace.
-    pub fn namespace_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
-        self.namespaces
-            .get(&ObjectRef::new(name))
-            .map(|namespace| NamespaceFacts::labels(namespace.as_ref()).clone())
+    /// A cached namespace.
+    pub fn namespace(&self, name: &str) -> Option<Arc<CachedNamespace>> {
+        self.namespaces.get(&ObjectRef::new(name))
     }
 
     /// Waits for the first list of every watch: acting on an empty cache would read as "no

@@ -1,7 +1,8 @@
 //! Namespaces as the namespace cache holds them: name, labels and whether they are going
 //! away, all a plan or a trigger reads. The watch is metadata-only; this drops what is left
-//! of an `ObjectMeta` (a 340-byte struct of empty fields) and the store key's resourceVersion
-//! and uid, about a third of a cached namespace.
+//! of an `ObjectMeta` (a 340-byte struct of empty fields), the store key's resourceVersion
+//! and uid, and keeps the labels as one sorted slice instead of a `BTreeMap` (whose first
+//! node takes about 540 bytes whatever it holds: 10 MiB at 20,000 namespaces).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -12,18 +13,46 @@ use namespace_baseline_core::plan::NamespaceFacts;
 
 use crate::caches::NamespaceMeta;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CachedNamespace {
-    name: String,
-    labels: BTreeMap<String, String>,
+    name: Box<str>,
+    labels: Labels,
     terminating: bool,
+}
+
+/// A namespace's labels: pairs sorted by key, in one boxed slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Labels(Box<[(Box<str>, Box<str>)]>);
+
+impl Labels {
+    fn get(&self, key: &str) -> Option<&str> {
+        let found = self.0.binary_search_by(|(k, _)| k.as_ref().cmp(key)).ok()?;
+        Some(&self.0[found].1)
+    }
+}
+
+impl From<&BTreeMap<String, String>> for Labels {
+    /// Sorted, as a `BTreeMap` iterates.
+    fn from(labels: &BTreeMap<String, String>) -> Self {
+        Self(
+            labels
+                .iter()
+                .map(|(key, value)| (key.as_str().into(), value.as_str().into()))
+                .collect(),
+        )
+    }
 }
 
 impl From<&NamespaceMeta> for CachedNamespace {
     fn from(namespace: &NamespaceMeta) -> Self {
         Self {
-            name: NamespaceFacts::name(namespace).to_owned(),
-            labels: namespace.labels().clone(),
+            name: NamespaceFacts::name(namespace).into(),
+            labels: namespace
+                .metadata
+                .labels
+                .as_ref()
+                .map(Labels::from)
+                .unwrap_or(Labels(Box::default())),
             terminating: namespace.terminating(),
         }
     }
@@ -34,8 +63,8 @@ impl NamespaceFacts for CachedNamespace {
         &self.name
     }
 
-    fn labels(&self) -> &BTreeMap<String, String> {
-        &self.labels
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key)
     }
 
     fn terminating(&self) -> bool {
@@ -100,10 +129,25 @@ mod tests {
 
     #[test]
     fn a_cached_namespace_reads_as_the_watched_one() {
-        let mut watched = namespace_meta(namespace("team-a", &[("baseline", "guarded")]));
+        let labels = [
+            ("tier", "1"),
+            ("baseline", "guarded"),
+            ("a", ""),
+            ("zone", "z"),
+        ];
+        let mut watched = namespace_meta(namespace("team-a", &labels));
         let cached = CachedNamespace::from(&watched);
         assert_eq!(NamespaceFacts::name(&cached), "team-a");
-        assert_eq!(cached.labels(), watched.labels());
+        for (key, value) in labels {
+            assert_eq!(cached.label(key), Some(value), "{key}");
+        }
+        for absent in ["", "b", "baseline2", "t", "zzz"] {
+            assert_eq!(cached.label(absent), None, "{absent}");
+        }
+        assert_eq!(
+            CachedNamespace::from(&namespace_meta(namespace("team-b", &[]))).label("a"),
+            None
+        );
         assert!(!cached.terminating());
         watched.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         assert!(CachedNamespace::from(&watched).terminating());

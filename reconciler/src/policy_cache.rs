@@ -19,8 +19,8 @@ use serde::Serialize;
 /// One cached NetworkPolicy: what the planner and the holes report read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CachedPolicy {
-    name: String,
-    namespace: String,
+    name: Box<str>,
+    namespace: Box<str>,
     labels: Option<Arc<BTreeMap<String, String>>>,
     spec: Option<Arc<NetworkPolicySpec>>,
 }
@@ -92,8 +92,8 @@ pub struct PolicyCache {
 impl PolicyCache {
     pub fn cached(&self, policy: &NetworkPolicy) -> CachedPolicy {
         CachedPolicy {
-            name: policy.metadata.name.clone().unwrap_or_default(),
-            namespace: policy.metadata.namespace.clone().unwrap_or_default(),
+            name: policy.metadata.name.as_deref().unwrap_or_default().into(),
+            namespace: policy.metadata.namespace.as_deref().unwrap_or_default().into(),
             labels: policy
                 .metadata
                 .labels

@@ -1,106 +1,59 @@
 //! Which NamespaceBaselines a Namespace or NetworkPolicy event concerns.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use namespace_baseline_core::identity::{
     BASELINE_LABEL, baseline_label_value, claims_management, deny_all_policy_name, dns_policy_name,
 };
+use namespace_baseline_core::plan::NamespaceFacts;
 use namespace_baseline_core::spec::NamespaceBaseline;
 
-/// What a namespace looked like to us last time: its labels, and whether it was going away.
-type Seen = (Labels, bool);
+use crate::namespace_cache::CachedNamespace;
 
-/// Labels as remembered for every namespace: sorted pairs in one boxed slice (a `BTreeMap`
-/// node takes about 540 bytes whatever it holds: 2.7 MiB at 5,000 namespaces).
-type Labels = Box<[(Box<str>, Box<str>)]>;
-
-fn remembered(labels: &BTreeMap<String, String>) -> Labels {
-    labels
-        .iter()
-        .map(|(key, value)| (key.as_str().into(), value.as_str().into()))
-        .collect()
-}
-
-fn recalled(labels: &Labels) -> BTreeMap<String, String> {
-    labels
-        .iter()
-        .map(|(key, value)| (key.to_string(), value.to_string()))
-        .collect()
-}
-
-/// Maps namespace events to baselines. A watch event carries only the new object, but a
-/// namespace that *leaves* a baseline concerns that baseline too (its count changes; with
-/// `deletionPolicy: Delete` its wall goes): so the labels each namespace had when last seen
-/// are remembered. Matching the new labels plus the baselines with policies in the namespace
-/// would miss a namespace leaving an `Audit` baseline or one whose wall is not installed yet.
+/// The baselines an event on `namespace` concerns, `cached` being the namespace as the cache
+/// held it before the event. A watch event carries only the new object, but a namespace that
+/// *leaves* a baseline concerns that baseline too (its count changes; with
+/// `deletionPolicy: Delete` its wall goes): so the labels it had count as well as the new
+/// ones. Matching the new labels plus the baselines with policies in the namespace would miss
+/// a namespace leaving an `Audit` baseline or one whose wall is not installed yet.
 ///
 /// Events that change neither the labels nor the terminating state (status, annotations,
-/// resyncs) trigger nothing.
-#[derive(Debug, Default)]
-pub struct NamespaceTriggers {
-    seen: Mutex<HashMap<String, Seen>>,
-}
-
-impl NamespaceTriggers {
-    pub fn baselines_for(
-        &self,
-        namespace: &ObjectMeta,
-        baselines: &[Arc<NamespaceBaseline>],
-    ) -> Vec<ObjectRef<NamespaceBaseline>> {
-        let name = namespace.name.clone().unwrap_or_default();
-        let terminating = namespace.deletion_timestamp.is_some();
-        let labels = namespace.labels.clone().unwrap_or_default();
-        let now = remembered(&labels);
-        let previous = {
-            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-            if terminating {
-                // Its last events (the final one is the deletion) all carry the timestamp.
-                seen.remove(&name)
-            } else {
-                seen.insert(name, (now.clone(), false))
-            }
-        };
-        if previous.as_ref() == Some(&(now, terminating)) {
-            return Vec::new();
-        }
-        let old_labels = previous.map(|(old, _)| recalled(&old));
-        baselines
-            .iter()
-            .filter(|baseline| {
-                let Ok(selector) = baseline.spec.validate() else {
-                    return false;
-                };
-                selector.matches(&labels)
-                    || old_labels
-                        .as_ref()
-                        .is_some_and(|old_labels| selector.matches(old_labels))
-            })
-            .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
-            .collect()
+/// resyncs) trigger nothing; those of a terminating namespace (the last is its deletion)
+/// always do.
+pub fn baselines_for_namespace(
+    cached: Option<&CachedNamespace>,
+    namespace: &CachedNamespace,
+    baselines: &[Arc<NamespaceBaseline>],
+) -> Vec<ObjectRef<NamespaceBaseline>> {
+    if !namespace.terminating() && cached == Some(namespace) {
+        return Vec::new();
     }
+    baselines
+        .iter()
+        .filter(|baseline| {
+            let Ok(selector) = baseline.spec.validate() else {
+                return false;
+            };
+            selector.selects(namespace) || cached.is_some_and(|cached| selector.selects(cached))
+        })
+        .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
+        .collect()
 }
 
 /// The baselines a NetworkPolicy event concerns. A managed policy belongs to its baseline:
 /// by its baseline label, or by its name when that label was tampered with (the policy is
 /// then ours to repair). Any other policy may open a hole in the walls of the baselines that
-/// cover its namespace (`namespace_labels` reads them from the namespace cache).
-pub fn baselines_for_policy(
+/// cover its namespace (`namespace_of` reads it from the namespace cache).
+pub fn baselines_for_policy<N: NamespaceFacts>(
     policy: &NetworkPolicy,
     baselines: &[Arc<NamespaceBaseline>],
-    namespace_labels: impl Fn(&str) -> Option<BTreeMap<String, String>>,
+    namespace_of: impl Fn(&str) -> Option<N>,
 ) -> Vec<ObjectRef<NamespaceBaseline>> {
     if !claims_management(policy.labels()) {
-        let Some(labels) = policy
-            .metadata
-            .namespace
-            .as_deref()
-            .and_then(&namespace_labels)
-        else {
+        let Some(namespace) = policy.metadata.namespace.as_deref().and_then(&namespace_of) else {
             return Vec::new();
         };
         return baselines
@@ -109,7 +62,7 @@ pub fn baselines_for_policy(
                 baseline
                     .spec
                     .validate()
-                    .is_ok_and(|selector| selector.matches(&labels))
+                    .is_ok_and(|selector| selector.selects(&namespace))
             })
             .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
             .collect();
@@ -146,12 +99,14 @@ pub fn baselines_for_dns(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::caches::namespace_meta;
     use crate::fixtures::{baseline, namespace, stored_wall};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
     use namespace_baseline_core::NamespaceBaselineSpec;
+    use std::collections::BTreeMap;
 
-    fn no_namespaces(_: &str) -> Option<BTreeMap<String, String>> {
+    fn no_namespaces(_: &str) -> Option<CachedNamespace> {
         None
     }
 
@@ -172,66 +127,65 @@ mod tests {
         ]
     }
 
+    fn cached(name: &str, labels: &[(&str, &str)]) -> CachedNamespace {
+        CachedNamespace::from(&namespace_meta(namespace(name, labels)))
+    }
+
+    fn terminating(name: &str, labels: &[(&str, &str)]) -> CachedNamespace {
+        let mut ns = namespace(name, labels);
+        ns.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        CachedNamespace::from(&namespace_meta(ns))
+    }
+
     #[test]
     fn a_new_namespace_triggers_the_baselines_matching_it() {
-        let triggers = NamespaceTriggers::default();
-        let ns = namespace("team-a", &[("baseline", "guarded"), ("tier", "1")]);
+        let ns = cached("team-a", &[("baseline", "guarded"), ("tier", "1")]);
         assert_eq!(
-            names(triggers.baselines_for(&ns.metadata, &baselines())),
+            names(baselines_for_namespace(None, &ns, &baselines())),
             ["guarded", "tiered"]
         );
-        let other = namespace("other", &[("a", "c")]);
-        assert!(
-            triggers
-                .baselines_for(&other.metadata, &baselines())
-                .is_empty()
-        );
+        let other = cached("other", &[("a", "c")]);
+        assert!(baselines_for_namespace(None, &other, &baselines()).is_empty());
     }
 
     #[test]
     fn a_namespace_leaving_a_baseline_triggers_it() {
-        let triggers = NamespaceTriggers::default();
-        triggers.baselines_for(
-            &namespace("team-a", &[("baseline", "guarded")]).metadata,
-            &baselines(),
-        );
-        let left = namespace("team-a", &[("baseline", "open")]);
+        let before = cached("team-a", &[("baseline", "guarded")]);
+        let left = cached("team-a", &[("baseline", "open")]);
         assert_eq!(
-            names(triggers.baselines_for(&left.metadata, &baselines())),
+            names(baselines_for_namespace(Some(&before), &left, &baselines())),
             ["guarded"]
         );
         // ... and once it has left, it concerns that baseline no more.
-        let moved = namespace("team-a", &[("tier", "2")]);
+        let moved = cached("team-a", &[("tier", "2")]);
         assert_eq!(
-            names(triggers.baselines_for(&moved.metadata, &baselines())),
+            names(baselines_for_namespace(Some(&left), &moved, &baselines())),
             ["tiered"]
         );
     }
 
     #[test]
     fn events_that_change_no_label_trigger_nothing() {
-        let triggers = NamespaceTriggers::default();
         let mut ns = namespace("team-a", &[("baseline", "guarded")]);
-        triggers.baselines_for(&ns.metadata, &baselines());
+        let before = CachedNamespace::from(&namespace_meta(ns.clone()));
         ns.metadata.annotations = Some(BTreeMap::from([("note".into(), "x".into())]));
-        assert!(
-            triggers
-                .baselines_for(&ns.metadata, &baselines())
-                .is_empty()
-        );
+        let now = CachedNamespace::from(&namespace_meta(ns));
+        assert!(baselines_for_namespace(Some(&before), &now, &baselines()).is_empty());
     }
 
     #[test]
-    fn a_namespace_going_away_triggers_its_baselines_and_is_forgotten() {
-        let triggers = NamespaceTriggers::default();
-        let mut ns = namespace("team-a", &[("baseline", "guarded")]);
-        triggers.baselines_for(&ns.metadata, &baselines());
-        ns.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    fn every_event_of_a_namespace_going_away_triggers_its_baselines() {
+        let before = cached("team-a", &[("baseline", "guarded")]);
+        let going = terminating("team-a", &[("baseline", "guarded")]);
         assert_eq!(
-            names(triggers.baselines_for(&ns.metadata, &baselines())),
+            names(baselines_for_namespace(Some(&before), &going, &baselines())),
             ["guarded"]
         );
-        assert!(triggers.seen.lock().unwrap().is_empty());
+        // Its later events (the last is the deletion) are the same, and still trigger.
+        assert_eq!(
+            names(baselines_for_namespace(Some(&going), &going, &baselines())),
+            ["guarded"]
+        );
     }
 
     #[test]
@@ -296,18 +250,13 @@ mod tests {
         }))
         .unwrap();
         let labels = |name: &str| {
-            (name == "team-a").then(|| {
-                BTreeMap::from([
-                    ("baseline".to_owned(), "guarded".to_owned()),
-                    ("tier".to_owned(), "1".to_owned()),
-                ])
-            })
+            (name == "team-a").then(|| cached(name, &[("baseline", "guarded"), ("tier", "1")]))
         };
         assert_eq!(
             names(baselines_for_policy(&policy, &baselines(), labels)),
             ["guarded", "tiered"]
         );
-        let elsewhere = |_: &str| Some(BTreeMap::from([("x".to_owned(), "y".to_owned())]));
+        let elsewhere = |name: &str| Some(cached(name, &[("x", "y")]));
         assert!(baselines_for_policy(&policy, &baselines(), elsewhere).is_empty());
         // An unknown namespace (not cached yet) concerns nobody.
         assert!(baselines_for_policy(&policy, &baselines(), no_namespaces).is_empty());

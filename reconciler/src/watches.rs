@@ -12,9 +12,10 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use namespace_baseline_core::plan::NamespaceFacts;
 use namespace_baseline_core::spec::NamespaceBaseline;
 use tracing::debug;
 
@@ -24,7 +25,7 @@ use crate::namespace_cache::{CachedNamespace, cached_event};
 use crate::policy_cache::{CachedPolicy, PolicyCache};
 use crate::retry::{NoTriggerBackoff, WatchBackoff};
 use crate::state::State;
-use crate::triggers::{NamespaceTriggers, baselines_for_dns, baselines_for_policy};
+use crate::triggers::{baselines_for_dns, baselines_for_namespace, baselines_for_policy};
 
 /// What, in a baseline, calls for a reconcile: a new object (uid), a spec change
 /// (generation), its finalizers, its deletion. A status write (each reconcile that changes
@@ -71,19 +72,48 @@ pub async fn run(
         synced,
     );
 
-    let namespace_events = {
+    // A namespace event concerns its namespace only: the baselines it triggers plan and
+    // write for that namespace (scope.rs). The triggers compare the event with the namespace
+    // as the cache held it, so they read the cache before it applies the event.
+    let namespace_triggers = {
         let tracker = tracker.clone();
+        let (cache, dirty, baselines) = (
+            caches.namespaces.clone(),
+            caches.dirty.clone(),
+            baselines.clone(),
+        );
         watcher(
             Api::<NamespaceMeta>::all(client.clone()),
             watcher::Config::default().any_semantic(),
         )
         .backoff(WatchBackoff::default())
-        .inspect_ok(move |event| {
-            // The store holds the compact form; the triggers read the event's object.
-            namespace_writer.apply_watcher_event(&cached_event(event));
-            tracker.observe(ListTracker::NAMESPACES, event);
+        .map(move |event| {
+            let event = match event {
+                Ok(event) => cached_event(&event),
+                Err(error) => {
+                    debug!(%error, "namespace watch");
+                    return Vec::new();
+                }
+            };
+            let triggered = match &event {
+                watcher::Event::Apply(namespace)
+                | watcher::Event::InitApply(namespace)
+                | watcher::Event::Delete(namespace) => {
+                    let before = cache.get(&ObjectRef::from_obj(namespace));
+                    let triggered =
+                        baselines_for_namespace(before.as_deref(), namespace, &baselines.state());
+                    for baseline in &triggered {
+                        dirty.namespace(&baseline.name, namespace.name());
+                    }
+                    triggered
+                }
+                watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
+            };
+            namespace_writer.apply_watcher_event(&event);
+            tracker.observe(ListTracker::NAMESPACES, &event);
+            triggered
         })
-        .touched_objects()
+        .flat_map(futures::stream::iter)
     };
     let policy_events = {
         let tracker = tracker.clone();
@@ -134,29 +164,13 @@ pub async fn run(
         move |baseline| dirty.all(&baseline.name_any())
     });
 
-    let namespace_triggers = NamespaceTriggers::default();
-    // A namespace or policy event concerns its namespace only: the baselines it triggers
-    // plan and write for that namespace (scope.rs).
-    let for_namespace = {
-        let baselines = baselines.clone();
-        let dirty = caches.dirty.clone();
-        move |namespace: NamespaceMeta| {
-            let triggered =
-                namespace_triggers.baselines_for(&namespace.metadata, &baselines.state());
-            let name = namespace.metadata.name.as_deref().unwrap_or_default();
-            for baseline in &triggered {
-                dirty.namespace(&baseline.name, name);
-            }
-            triggered
-        }
-    };
+    // A policy event concerns its namespace only, as a namespace event does.
     let for_policy = {
         let baselines = baselines.clone();
         let caches = caches.clone();
         move |policy: NetworkPolicy| {
-            let triggered = baselines_for_policy(&policy, &baselines.state(), |name| {
-                caches.namespace_labels(name)
-            });
+            let triggered =
+                baselines_for_policy(&policy, &baselines.state(), |name| caches.namespace(name));
             let dirty = &caches.dirty;
             let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
             for baseline in &triggered {
@@ -176,7 +190,7 @@ pub async fn run(
         instance,
     ));
     let mut controller = Controller::for_stream(baseline_events, baselines.clone())
-        .watches_stream(namespace_events, for_namespace)
+        .reconcile_on(namespace_triggers)
         .watches_stream(policy_events, for_policy);
     if let Some(dns) = dns {
         // A change in the DNS namespace re-checks the doors of the baselines it serves.
