@@ -92,6 +92,9 @@ chmod 600 tokens.csv
 
 # One audit event per request (RequestReceived omitted), metadata only; Lease writes with
 # their bodies (the soak reads who held the lease when, and the resourceVersion order).
+# The tests read the log from byte offsets: it must not be rotated under them (the API
+# server rotates at 100 MB by default, which a 20,000-namespace bench passes:
+# --audit-log-maxsize below).
 cat >audit-policy.yaml <<'EOF'
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -182,6 +185,7 @@ write_apiserver_script() {
     --audit-log-path="$STATE_DIR/audit.log" \
     --audit-log-format=json \
     --audit-log-mode=blocking \
+    --audit-log-maxsize=4096 \
     --profiling=false \
     --endpoint-reconciler-type=none \
     ${NSB_APISERVER_EXTRA_ARGS:-}

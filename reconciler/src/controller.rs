@@ -171,6 +171,13 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
     // Before the cache is read: a write of this term not in it is in the cache (written.rs).
     let pending = ctx.caches.unseen.snapshot();
     let (namespaces, policies) = scoped_state(&ctx.caches, &scope);
+    debug!(
+        baseline = %name,
+        namespaces = namespaces.len(),
+        policies = policies.len(),
+        full = matches!(scope, Scope::All),
+        "planning"
+    );
     let planner = match decide(Baseline::from(baseline), &namespaces, &policies) {
         Decision::CleanUp(writes) => return Ok(clean_up(baseline, ctx, writes).await?),
         Decision::Invalid(spec_error) => Err(spec_error),

@@ -93,7 +93,12 @@ impl PolicyCache {
     pub fn cached(&self, policy: &NetworkPolicy) -> CachedPolicy {
         CachedPolicy {
             name: policy.metadata.name.as_deref().unwrap_or_default().into(),
-            namespace: policy.metadata.namespace.as_deref().unwrap_or_default().into(),
+            namespace: policy
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or_default()
+                .into(),
             labels: policy
                 .metadata
                 .labels

@@ -280,6 +280,7 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         let before = reconciler.reconcile_time()?;
         let t0 = Instant::now();
         create_baseline(cluster, &baseline, &scenario).await?;
+        let created = t0.elapsed();
         let deadline = Duration::from_secs(30) + Duration::from_millis(30) * u32::try_from(n)?;
         let (walls_at, ready_at) = loop {
             let walls = (policies.count(&label) >= expected)
@@ -322,9 +323,21 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
             .as_ref()
             .is_none_or(|r| r.policy_writes == expected && r.lists == 0 && r.throttled == 0);
         all_writes_ok &= writes_ok;
+        // Where the fixed costs are: the create's answer, the baseline seen by a watch (the
+        // bench's, like the reconciler's), the first object seen.
+        let since_t0 = |at: Option<Instant>| {
+            at.map_or_else(|| "-".to_owned(), |at| ms((at - t0).as_secs_f64() * 1e3))
+        };
+        let seen = since_t0(
+            statuses
+                .first_after(&baseline, t0, |_, _| true)
+                .map(|(at, _)| at),
+        );
+        let first_wall = since_t0(policies.first_applied(&label));
         let detail = format!(
-            "rep {rep}: {} (walls {}, Ready {}); {}; reconciles {} taking {} in all; {}{}",
+            "rep {rep}: {} (created {}, seen {seen}, first object {first_wall}, walls {}, Ready {}); {}; reconciles {} taking {} in all; {}{}",
             ms(converged.as_secs_f64() * 1e3),
+            ms(created.as_secs_f64() * 1e3),
             ms((walls_at - t0).as_secs_f64() * 1e3),
             ms((ready_at - t0).as_secs_f64() * 1e3),
             describe(&requests),

@@ -22,7 +22,8 @@ struct PolicyState {
     history: HashMap<Key, Vec<(Instant, bool)>>,
     /// Per baseline label value: the policies present now.
     present: HashMap<String, HashSet<Key>>,
-    /// Per baseline label value: when a policy was last seen created or changed.
+    /// Per baseline label value: when a policy was first and last seen created or changed.
+    first_applied: HashMap<String, Instant>,
     last_applied: HashMap<String, Instant>,
     synced: bool,
 }
@@ -75,6 +76,11 @@ impl PolicyWatch {
         self.lock().present.get(label_value).map_or(0, HashSet::len)
     }
 
+    /// When a policy with this baseline label value was first seen created or changed.
+    pub fn first_applied(&self, label_value: &str) -> Option<Instant> {
+        self.lock().first_applied.get(label_value).copied()
+    }
+
     /// When a policy with this baseline label value was last seen created or changed.
     pub fn last_applied(&self, label_value: &str) -> Option<Instant> {
         self.lock().last_applied.get(label_value).copied()
@@ -124,6 +130,7 @@ impl PolicyState {
                     keys.remove(&key);
                 }
             }
+            self.first_applied.entry(label.clone()).or_insert(at);
             self.last_applied.insert(label.clone(), at);
             self.present.entry(label).or_default().insert(key);
         } else {
@@ -142,7 +149,7 @@ impl Drop for PolicyWatch {
 
 type Observed = (Instant, Option<i64>, NamespaceBaselineStatus);
 
-/// Every status of every NamespaceBaseline, stamped.
+/// Every status of every NamespaceBaseline, stamped (an empty one before the first).
 pub struct BaselineWatch {
     seen: Arc<Mutex<HashMap<String, Vec<Observed>>>>,
     task: tokio::task::JoinHandle<()>,
@@ -157,14 +164,18 @@ impl BaselineWatch {
             let mut events = watcher(api, watcher::Config::default()).boxed();
             while let Some(event) = events.next().await {
                 let now = Instant::now();
+                // A new baseline (no status yet) is recorded too: when it was seen.
                 if let Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event
-                    && let Some(status) = object.status.clone()
                 {
                     sink.lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .entry(object.name_any())
                         .or_default()
-                        .push((now, object.metadata.generation, status));
+                        .push((
+                            now,
+                            object.metadata.generation,
+                            object.status.clone().unwrap_or_default(),
+                        ));
                 }
             }
         });
