@@ -4,14 +4,67 @@ use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::watcher;
 use namespace_baseline_core::identity::{
     BASELINE_LABEL, baseline_label_value, claims_management, deny_all_policy_name, dns_policy_name,
 };
 use namespace_baseline_core::plan::NamespaceFacts;
 use namespace_baseline_core::spec::NamespaceBaseline;
 
-use crate::namespace_cache::CachedNamespace;
+use crate::caches::NamespaceMeta;
+use crate::namespace_cache::{CachedNamespace, cached_event};
+use crate::scope::Dirty;
+
+/// The namespace watch's events, into the namespace cache and the baselines they concern
+/// (each marked to look at that namespace: scope.rs). The triggers compare an event with the
+/// namespace as the cache held it, so each event is read against the cache before the cache
+/// applies it.
+pub struct NamespaceEvents {
+    cache: Store<CachedNamespace>,
+    writer: Writer<CachedNamespace>,
+    dirty: Dirty,
+    baselines: Store<NamespaceBaseline>,
+}
+
+impl NamespaceEvents {
+    pub fn new(
+        (cache, writer): (Store<CachedNamespace>, Writer<CachedNamespace>),
+        dirty: Dirty,
+        baselines: Store<NamespaceBaseline>,
+    ) -> Self {
+        Self {
+            cache,
+            writer,
+            dirty,
+            baselines,
+        }
+    }
+
+    /// Applies `event` to the cache; returns the baselines it concerns.
+    pub fn observe(
+        &mut self,
+        event: &watcher::Event<NamespaceMeta>,
+    ) -> Vec<ObjectRef<NamespaceBaseline>> {
+        let event = cached_event(event);
+        let triggered = match &event {
+            watcher::Event::Apply(namespace)
+            | watcher::Event::InitApply(namespace)
+            | watcher::Event::Delete(namespace) => {
+                let before = self.cache.get(&ObjectRef::from_obj(namespace));
+                let triggered =
+                    baselines_for_namespace(before.as_deref(), namespace, &self.baselines.state());
+                for baseline in &triggered {
+                    self.dirty.namespace(&baseline.name, namespace.name());
+                }
+                triggered
+            }
+            watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
+        };
+        self.writer.apply_watcher_event(&event);
+        triggered
+    }
+}
 
 /// The baselines an event on `namespace` concerns, `cached` being the namespace as the cache
 /// held it before the event. A watch event carries only the new object, but a namespace that
@@ -101,8 +154,10 @@ mod tests {
     use super::*;
     use crate::caches::namespace_meta;
     use crate::fixtures::{baseline, namespace, stored_wall};
+    use crate::scope::Scope;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
+    use kube::runtime::reflector;
     use namespace_baseline_core::NamespaceBaselineSpec;
     use std::collections::BTreeMap;
 
@@ -186,6 +241,48 @@ mod tests {
             names(baselines_for_namespace(Some(&going), &going, &baselines())),
             ["guarded"]
         );
+    }
+
+    #[test]
+    fn the_namespace_watch_compares_each_event_with_the_cache_before_applying_it() {
+        let dirty = Dirty::default();
+        let resync = std::time::Duration::from_secs(300);
+        assert_eq!(dirty.take("guarded", resync), Scope::All, "first pass");
+        assert_eq!(dirty.take("tiered", resync), Scope::All, "first pass");
+        let (cache, writer) = reflector::store();
+        let mut events = NamespaceEvents::new(
+            (cache.clone(), writer),
+            dirty.clone(),
+            crate::fixtures::store(baselines().iter().map(|b| (**b).clone()).collect()),
+        );
+        let meta = |labels: &[(&str, &str)]| namespace_meta(namespace("team-a", labels));
+        let mut observe = |event| names(events.observe(&event));
+
+        assert!(observe(watcher::Event::Init).is_empty());
+        assert_eq!(
+            observe(watcher::Event::InitApply(meta(&[("baseline", "guarded")]))),
+            ["guarded"]
+        );
+        assert!(observe(watcher::Event::InitDone).is_empty());
+        assert_eq!(
+            cache
+                .get(&ObjectRef::new("team-a"))
+                .and_then(|ns| ns.label("baseline").map(str::to_owned)),
+            Some("guarded".to_owned()),
+            "the cache holds the event"
+        );
+        // Leaving: only the labels the cache held say which baseline it left.
+        assert_eq!(
+            observe(watcher::Event::Apply(meta(&[("tier", "1")]))),
+            ["guarded", "tiered"]
+        );
+        assert!(
+            observe(watcher::Event::Apply(meta(&[("tier", "1")]))).is_empty(),
+            "no change"
+        );
+        let one = |name: &str| Scope::Namespaces([name.to_owned()].into());
+        assert_eq!(dirty.take("guarded", resync), one("team-a"));
+        assert_eq!(dirty.take("tiered", resync), one("team-a"));
     }
 
     #[test]

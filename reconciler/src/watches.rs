@@ -12,20 +12,19 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use namespace_baseline_core::plan::NamespaceFacts;
 use namespace_baseline_core::spec::NamespaceBaseline;
 use tracing::debug;
 
 use crate::caches::{Caches, ListTracker, NamespaceMeta, slim_policy};
 use crate::controller::{Context, Settings, error_policy, reconcile};
-use crate::namespace_cache::{CachedNamespace, cached_event};
+use crate::namespace_cache::CachedNamespace;
 use crate::policy_cache::{CachedPolicy, PolicyCache};
 use crate::retry::{NoTriggerBackoff, WatchBackoff};
 use crate::state::State;
-use crate::triggers::{baselines_for_dns, baselines_for_namespace, baselines_for_policy};
+use crate::triggers::{NamespaceEvents, baselines_for_dns, baselines_for_policy};
 
 /// What, in a baseline, calls for a reconcile: a new object (uid), a spec change
 /// (generation), its finalizers, its deletion. A status write (each reconcile that changes
@@ -58,7 +57,7 @@ pub async fn run(
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (tracker, synced) = ListTracker::new(state.clone());
-    let (namespaces, mut namespace_writer) = reflector::store::<CachedNamespace>();
+    let (namespaces, namespace_writer) = reflector::store::<CachedNamespace>();
     let (policies, mut policy_writer) = reflector::store::<CachedPolicy>();
     let (baselines, baseline_writer) = reflector::store::<NamespaceBaseline>();
     let dns = settings
@@ -73,12 +72,11 @@ pub async fn run(
     );
 
     // A namespace event concerns its namespace only: the baselines it triggers plan and
-    // write for that namespace (scope.rs). The triggers compare the event with the namespace
-    // as the cache held it, so they read the cache before it applies the event.
+    // write for that namespace (scope.rs).
     let namespace_triggers = {
         let tracker = tracker.clone();
-        let (cache, dirty, baselines) = (
-            caches.namespaces.clone(),
+        let mut events = NamespaceEvents::new(
+            (caches.namespaces.clone(), namespace_writer),
             caches.dirty.clone(),
             baselines.clone(),
         );
@@ -87,31 +85,16 @@ pub async fn run(
             watcher::Config::default().any_semantic(),
         )
         .backoff(WatchBackoff::default())
-        .map(move |event| {
-            let event = match event {
-                Ok(event) => cached_event(&event),
-                Err(error) => {
-                    debug!(%error, "namespace watch");
-                    return Vec::new();
-                }
-            };
-            let triggered = match &event {
-                watcher::Event::Apply(namespace)
-                | watcher::Event::InitApply(namespace)
-                | watcher::Event::Delete(namespace) => {
-                    let before = cache.get(&ObjectRef::from_obj(namespace));
-                    let triggered =
-                        baselines_for_namespace(before.as_deref(), namespace, &baselines.state());
-                    for baseline in &triggered {
-                        dirty.namespace(&baseline.name, namespace.name());
-                    }
-                    triggered
-                }
-                watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
-            };
-            namespace_writer.apply_watcher_event(&event);
-            tracker.observe(ListTracker::NAMESPACES, &event);
-            triggered
+        .map(move |event| match event {
+            Ok(event) => {
+                let triggered = events.observe(&event);
+                tracker.observe(ListTracker::NAMESPACES, &event);
+                triggered
+            }
+            Err(error) => {
+                debug!(%error, "namespace watch");
+                Vec::new()
+            }
         })
         .flat_map(futures::stream::iter)
     };
