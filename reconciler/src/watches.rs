@@ -144,7 +144,10 @@ pub async fn run(
     .inspect_ok({
         // A new or changed baseline is seen whole.
         let dirty = caches.dirty.clone();
-        move |baseline| dirty.all(&baseline.name_any())
+        move |baseline| {
+            debug!(baseline = %baseline.name_any(), "baseline new or changed");
+            dirty.all(&baseline.name_any());
+        }
     });
 
     // A policy event concerns its namespace only, as a namespace event does.
