@@ -640,9 +640,10 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
     reconciler.stop().await?;
 
     // 6. The floor: the same writes by a plain client as the reconciler's ServiceAccount, at
-    // several concurrencies (each run a new wall, so that every apply creates an object),
-    // each repeated as often as the convergence (`--reps`): the lowest median is the floor,
-    // compared median to median with the convergence.
+    // several concurrencies, each repeated as often as the convergence (`--reps`): the lowest
+    // median is the floor, compared median to median with the convergence. Each run writes a
+    // new wall (every apply creates an object) and removes it after, as a convergence rep's
+    // is: both meet the API server in the same state.
     let client = cluster.reconciler_client().await?;
     let mut floor_runs = Vec::new();
     for concurrency in [16, 32, 64] {
@@ -653,6 +654,7 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
             let mark = cluster.audit.mark();
             let took = floor::run(&client, &name, &walled, concurrency).await?;
             let requests = requests_since(cluster, mark);
+            remove_wall(cluster, &policies, &name, &walled).await?;
             eprintln!(
                 "   floor: {} applies at concurrency {concurrency} in {}; {}",
                 2 * n,
@@ -853,8 +855,7 @@ async fn create_baseline(cluster: &Cluster, name: &str, scenario: &Scenario) -> 
     Ok(())
 }
 
-/// Deletes a baseline (`Orphan`: its wall stays) and then, as the admin, its wall, one
-/// collection per namespace; waits until the watch has seen every object go.
+/// Deletes a baseline (`Orphan`: its wall stays) and then its wall ([`remove_wall`]).
 async fn remove_baseline_and_wall(
     cluster: &Cluster,
     policies: &PolicyWatch,
@@ -865,6 +866,17 @@ async fn remove_baseline_and_wall(
         .baselines()
         .delete(baseline, &DeleteParams::default())
         .await?;
+    remove_wall(cluster, policies, baseline, namespaces).await
+}
+
+/// Deletes, as the admin, the wall objects of `baseline`, one collection per namespace;
+/// waits until the watch has seen every object go, then a second more.
+async fn remove_wall(
+    cluster: &Cluster,
+    policies: &PolicyWatch,
+    baseline: &str,
+    namespaces: &[String],
+) -> Result<()> {
     let label = baseline_label_value(baseline);
     let selector = format!("{},{BASELINE_LABEL}={label}", managed_selector());
     stream::iter(namespaces.iter().cloned())
