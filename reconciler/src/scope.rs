@@ -113,9 +113,12 @@ fn key(policy: &NetworkPolicy) -> Option<(&str, &str)> {
 }
 
 fn insert(by_namespace: &mut ByNamespace, namespace: &str, name: &str) {
-    let names = by_namespace.entry(namespace.into()).or_default();
-    if !names.iter().any(|known| known.as_ref() == name) {
-        names.push(name.into());
+    match by_namespace.get_mut(namespace) {
+        Some(names) if names.iter().any(|known| known.as_ref() == name) => {}
+        Some(names) => names.push(name.into()),
+        None => {
+            by_namespace.insert(namespace.into(), vec![name.into()]);
+        }
     }
 }
 
