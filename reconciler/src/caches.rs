@@ -24,7 +24,7 @@ use crate::namespace_cache::CachedNamespace;
 use crate::policy_cache::CachedPolicy;
 use crate::scope::{Dirty, MatchedNamespaces, PolicyIndex};
 use crate::state::State;
-use crate::written::{UnseenWrites, WrittenStatuses};
+use crate::written::{UnseenWrites, WrittenStatuses, policy_key};
 
 /// A namespace as the reconciler watches it: its metadata only (name, labels, deletion).
 pub type NamespaceMeta = PartialObjectMeta<Namespace>;
@@ -240,10 +240,6 @@ struct TombstoneSets {
     expected: HashSet<(String, String)>,
 }
 
-fn key(namespace: &str, name: &str) -> (String, String) {
-    (namespace.to_owned(), name.to_owned())
-}
-
 impl Tombstones {
     fn sets(&self) -> std::sync::MutexGuard<'_, TombstoneSets> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
@@ -261,7 +257,7 @@ impl Tombstones {
         else {
             return;
         };
-        let key = key(namespace, name);
+        let key = policy_key(namespace, name);
         let mut sets = self.sets();
         if sets.expected.remove(&key) {
             return;
@@ -274,17 +270,20 @@ impl Tombstones {
 
     /// The reconciler is about to delete this policy itself.
     pub fn expect_deletion(&self, namespace: &str, name: &str) {
-        self.sets().expected.insert(key(namespace, name));
+        self.sets().expected.insert(policy_key(namespace, name));
     }
 
     /// Whether this policy was seen deleted by someone else; forgets it.
     pub fn take(&self, namespace: &str, name: &str) -> bool {
-        self.sets().buried.remove(&key(namespace, name)).is_some()
+        let mut sets = self.sets();
+        !sets.buried.is_empty() && sets.buried.remove(&policy_key(namespace, name)).is_some()
     }
 
     /// Whether this policy was seen deleted by someone else (and not re-created since).
     pub fn contains(&self, namespace: &str, name: &str) -> bool {
-        self.sets().buried.contains_key(&key(namespace, name))
+        // Asked for every object a reconcile creates: no key built when nothing is buried.
+        let sets = self.sets();
+        !sets.buried.is_empty() && sets.buried.contains_key(&policy_key(namespace, name))
     }
 }
 

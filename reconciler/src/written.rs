@@ -84,6 +84,12 @@ impl WrittenStatuses {
     }
 }
 
+/// How the reconciler's memories of single policies (these, and the tombstones of
+/// `caches.rs`) key them.
+pub(crate) fn policy_key(namespace: &str, name: &str) -> (String, String) {
+    (namespace.to_owned(), name.to_owned())
+}
+
 /// How long a policy write waits for the policy watch to show it before a reconcile may
 /// write it again (a watch that lags this much is reconnecting).
 pub const UNSEEN_WRITE_LIFETIME: Duration = Duration::from_secs(10);
@@ -128,16 +134,14 @@ impl UnseenWrites {
         }
         unseen
             .since
-            .insert((namespace.to_owned(), name.to_owned()), Instant::now());
+            .insert(policy_key(namespace, name), Instant::now());
     }
 
     /// The watch showed `namespace/name` (created, changed or deleted), or the apply failed.
     pub fn settled(&self, namespace: &str, name: &str) {
         let mut unseen = self.since();
         if !unseen.since.is_empty() {
-            unseen
-                .since
-                .remove(&(namespace.to_owned(), name.to_owned()));
+            unseen.since.remove(&policy_key(namespace, name));
         }
     }
 
@@ -161,7 +165,7 @@ pub struct PendingWrites(HashSet<(String, String)>);
 
 impl PendingWrites {
     pub fn contains(&self, namespace: &str, name: &str) -> bool {
-        !self.0.is_empty() && self.0.contains(&(namespace.to_owned(), name.to_owned()))
+        !self.0.is_empty() && self.0.contains(&policy_key(namespace, name))
     }
 }
 
