@@ -19,7 +19,13 @@
 //! 7. the floor: the same 2N server-side applies by a plain client at several concurrencies,
 //!    each `--reps` times, the lowest median against the convergence's median.
 //!
-//! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50]
+//! Without `--reps`, sizes up to [`SMALL_SIZE`] are repeated [`SMALL_REPS`] times and larger
+//! ones [`REPS`] times: at 100 namespaces a run takes ~0.1 s and about one run in three, the
+//! reconciler's and the floor's alike, meets an API server 50–100 % slower than the others,
+//! so the median of a few runs says more about which runs were slow than about the
+//! reconciler (BENCHMARKS.md, "Small N").
+//!
+//! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50]
 //! [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32]
 //! [--out FILE] [-- reconciler args...]`. Needs TEST_KUBECONFIG and NSB_RECONCILER_BIN; NSB_AUDIT_LOG for
 //! request counts; NSB_APISERVER_PID / NSB_ETCD_PID (the control plane's env) for CPU time.
@@ -54,17 +60,23 @@ use namespace_baseline_core::identity::{BASELINE_LABEL, baseline_label_value, ma
 use namespace_baseline_core::spec::NamespaceBaseline;
 use serde_json::json;
 
-const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 3] [--samples 50] [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
+const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50] [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
 
 use observe::{BaselineWatch, Key, PolicyWatch, is_ready};
 use process::{CpuMeter, Memory, Reconciler, mib};
 use report::{Requests, Row, Samples, Verdict, ms};
 
 const LARGE_SIZE: usize = 5_000;
+/// Repetitions of the convergence and of each floor run, unless `--reps` says otherwise.
+const REPS: usize = 3;
+/// Sizes up to this one are repeated [`SMALL_REPS`] times by default.
+const SMALL_SIZE: usize = 100;
+const SMALL_REPS: usize = 15;
 
 struct Options {
     sizes: Vec<usize>,
-    reps: usize,
+    /// `--reps`; `None`: [`Options::reps_for`] decides by size.
+    reps: Option<usize>,
     samples: usize,
     startups: usize,
     resync_secs: u64,
@@ -81,7 +93,7 @@ impl Options {
     fn parse() -> Result<Self> {
         let mut options = Self {
             sizes: vec![100, 1_000],
-            reps: 3,
+            reps: None,
             samples: 50,
             startups: 3,
             resync_secs: 5,
@@ -107,7 +119,7 @@ impl Options {
                             .context("--sizes: comma-separated namespace counts")?,
                     );
                 }
-                "--reps" => options.reps = value()?.parse()?,
+                "--reps" => options.reps = Some(value()?.parse()?),
                 "--samples" => options.samples = value()?.parse()?,
                 "--startups" => options.startups = value()?.parse()?,
                 "--resync" => options.resync_secs = value()?.parse()?,
@@ -130,10 +142,16 @@ impl Options {
             None if large => options.sizes.push(LARGE_SIZE),
             None => {}
         }
-        if options.reps == 0 || options.samples == 0 || options.sizes.contains(&0) {
+        if options.reps == Some(0) || options.samples == 0 || options.sizes.contains(&0) {
             bail!("--reps, --samples and sizes must be positive");
         }
         Ok(options)
+    }
+
+    /// How many times the convergence and each floor run are repeated at `n` namespaces.
+    fn reps_for(&self, n: usize) -> usize {
+        self.reps
+            .unwrap_or(if n <= SMALL_SIZE { SMALL_REPS } else { REPS })
     }
 }
 
@@ -144,9 +162,14 @@ async fn main() -> Result<()> {
     let version = cluster.admin.apiserver_version().await?;
     let machine = machine();
     println!(
-        "== cluster-bench: sizes {:?}, {} convergence reps, {} samples, resync {} s (drift repair: {} s), reconciler args {:?}",
+        "== cluster-bench: sizes {:?}, convergence reps {}, {} samples, resync {} s (drift repair: {} s), reconciler args {:?}",
         options.sizes,
-        options.reps,
+        options
+            .sizes
+            .iter()
+            .map(|&n| options.reps_for(n).to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
         options.samples,
         options.resync_secs,
         options.repair_resync_secs,
@@ -272,7 +295,8 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
     let mut all_writes_ok = true;
     let mut converged_memory = None;
     let mut baseline = String::new();
-    for rep in 1..=options.reps {
+    let reps = options.reps_for(n);
+    for rep in 1..=reps {
         baseline = format!("{}-r{rep}", scenario.name);
         let label = baseline_label_value(&baseline);
         let mark = cluster.audit.mark();
@@ -356,7 +380,7 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         }
         times.push(converged);
         details.push(detail);
-        if rep < options.reps {
+        if rep < reps {
             remove_baseline_and_wall(cluster, &policies, &baseline, &walled).await?;
         }
     }
@@ -649,7 +673,7 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
     for concurrency in [16, 32, 64] {
         let mut runs = Vec::new();
         let mut run_requests = None;
-        for rep in 1..=options.reps {
+        for rep in 1..=reps {
             let name = format!("{}-floor{concurrency}-{rep}", scenario.name);
             let mark = cluster.audit.mark();
             let took = floor::run(&client, &name, &walled, concurrency).await?;
