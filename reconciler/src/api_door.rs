@@ -137,8 +137,7 @@ pub async fn guard(client: Client, state: Arc<State>, door: (String, String), in
 
 /// `api-door`: the door for the cluster of the kubeconfig, read from its EndpointSlices.
 pub async fn render(format: ApiDoorFormat) -> Result<String> {
-    let client = Client::try_from(crate::run::config().await?)
-        .map_err(|error| Error::Client(Box::new(error)))?;
+    let client = crate::api_client::client(crate::run::config().await?)?;
     let slices: Api<EndpointSlice> = Api::namespaced(client, "default");
     let listed = slices
         .list(&kube::api::ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}=kubernetes")))

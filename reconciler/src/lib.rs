@@ -3,6 +3,7 @@
 //! baseline's status. Every decision about the wall comes from `namespace-baseline-core`;
 //! this crate translates between the core and the Kubernetes API.
 
+pub mod api_client;
 pub mod api_door;
 pub mod caches;
 pub mod cli;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
 use namespace_baseline_core::LabelSelector;
 use namespace_baseline_core::identity::{GROUP, KIND, VERSION, dns_policy_name, managed_selector};
 use namespace_baseline_core::spec::{DeletionPolicy, Mode, NamespaceBaseline};
@@ -229,7 +229,7 @@ pub async fn from_cluster(options: &PlanOptions) -> Result<State> {
     let mut collected = Collected::default();
     collected.read_baselines(&options.baseline)?;
     let config = crate::run::config().await?;
-    let client = Client::try_from(config).map_err(|error| Error::Client(Box::new(error)))?;
+    let client = crate::api_client::client(config)?;
     for namespace in list_all(
         Api::<Namespace>::all(client.clone()),
         ListParams::default(),

@@ -10,6 +10,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
+use crate::api_client;
 use crate::cli::RunOptions;
 use crate::controller::Settings;
 use crate::error::{Error, Result};
@@ -52,7 +53,7 @@ pub async fn run(options: RunOptions) -> Result<()> {
     if let Some(agent) = user_agent(&identity) {
         config.headers.push((USER_AGENT, agent));
     }
-    let client = Client::try_from(config).map_err(|error| Error::Client(Box::new(error)))?;
+    let client = api_client::client(config)?;
     let gate = Arc::new(if options.leader_election {
         LeaderGate::elected(Timing::DEFAULT)
     } else {

@@ -528,7 +528,7 @@ impl Cluster {
 
 async fn client_from(kubeconfig: Kubeconfig) -> Result<Client> {
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(config)?)
+    Ok(namespace_baseline_reconciler::api_client::client(config)?)
 }
 
 /// Every YAML document of a file, as JSON (empty documents skipped).
