@@ -6,13 +6,15 @@
 //! leave as two small writes; Nagle holds the request until the server acknowledges the
 //! `Finished`, and a Go API server, with nothing to send at that point, delays that
 //! acknowledgement by Linux's 40 ms. So the first request on every resumed connection took
-//! ~42 ms instead of ~2 (BENCHMARKS.md, "Small N"): a repair after a restart, the first wave
-//! of a convergence. Go's own clients set `TCP_NODELAY`, as this one now does.
+//! ~42 ms instead of ~2 (BENCHMARKS.md, "Small N with more repetitions"): the first repair
+//! after a restart, any write that finds no idle connection in the pool. Go's own clients set
+//! `TCP_NODELAY`, as this one now does.
 //!
 //! kube does not expose its connector, so the stack is rebuilt here from kube's public parts,
 //! layer for layer as `ClientBuilder::try_from(Config)` builds it (kube-client 4.2,
 //! `client/builder.rs`, without its `gzip` feature, which this workspace does not enable).
-//! A configuration with a proxy goes to kube's own builder unchanged.
+//! A configuration with a proxy is refused with the error kube's builder gives it: the
+//! workspace enables neither of kube's proxy features (`http-proxy`, `socks5`).
 
 use std::time::Duration;
 
@@ -35,8 +37,17 @@ use crate::error::{Error, Result};
 /// A client for `config`, as kube would build it but with `TCP_NODELAY` set.
 pub fn client(config: Config) -> Result<Client> {
     let wrap = |error: kube::Error| Error::Client(Box::new(error));
-    if config.proxy_url.is_some() {
-        return Client::try_from(config).map_err(wrap);
+    if let Some(proxy_url) = &config.proxy_url {
+        let proxy_url = proxy_url.clone();
+        let protocol_feature = match proxy_url.scheme_str() {
+            Some("socks5") => "kube/socks5",
+            Some("http" | "https") => "kube/http-proxy",
+            _ => return Err(wrap(kube::Error::ProxyProtocolUnsupported { proxy_url })),
+        };
+        return Err(wrap(kube::Error::ProxyProtocolDisabled {
+            proxy_url,
+            protocol_feature,
+        }));
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -176,6 +187,35 @@ mod tests {
                 head.contains("user-agent: namespace-baseline-reconciler/test"),
                 "{head}"
             );
+        }
+    }
+
+    /// A proxy is refused as kube's own builder refuses it without its proxy features.
+    #[test]
+    fn a_proxy_is_refused_as_kube_refuses_it() {
+        let mut config = Config::new("https://127.0.0.1:6443".parse().unwrap());
+        for (proxy, wanted) in [
+            (
+                "http://proxy:3128",
+                "requires the disabled feature \"kube/http-proxy\"",
+            ),
+            (
+                "socks5://proxy:1080",
+                "requires the disabled feature \"kube/socks5\"",
+            ),
+            ("ftp://proxy:21", "unsupported"),
+        ] {
+            config.proxy_url = Some(proxy.parse().unwrap());
+            let Err(Error::Client(ours)) = client(config.clone()) else {
+                panic!("{proxy}: not refused as a client error");
+            };
+            let ours = ours.to_string();
+            let kubes = Client::try_from(config.clone())
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(ours.contains(wanted), "{ours}");
+            assert!(ours.contains(&kubes), "ours: {ours}; kube's: {kubes}");
         }
     }
 
