@@ -72,7 +72,8 @@ pub fn client(config: Config) -> Result<Client> {
         .option_layer(config.auth_layer().map_err(wrap)?)
         .layer(config.extra_headers_layer().map_err(wrap)?)
         .layer(
-            // kube's spans and messages, so that logs read as they did.
+            // kube's spans and messages (under this module's log target instead of
+            // `kube_client::client::builder`).
             TraceLayer::new_for_http()
                 .make_span_with(|request: &Request<Body>| {
                     tracing::debug_span!(
