@@ -4,7 +4,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, ArgGroup, Parser, Subcommand, ValueEnum};
+use clap::error::ErrorKind;
+use clap::{ArgAction, ArgGroup, ArgMatches, FromArgMatches, Parser, Subcommand, ValueEnum};
+
+use crate::leader::Timing;
 
 /// Installs and repairs the network walls declared by NamespaceBaselines.
 #[derive(Debug, Parser)]
@@ -122,6 +125,10 @@ pub struct RunOptions {
     #[arg(long, global = true, env = "POD_NAME")]
     pub identity: Option<String>,
 
+    /// The leader election's clocks, checked together.
+    #[command(flatten)]
+    pub timing: Timing,
+
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -141,6 +148,55 @@ pub struct RunOptions {
     /// wall's server-side applies was lowest there (BENCHMARKS.md, "At the API server's floor").
     #[arg(long, global = true, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+}
+
+/// The leader election's clocks as given on the command line, before they are checked
+/// together ([`Timing::new`]).
+#[derive(Debug, clap::Args)]
+struct TimingFlags {
+    /// How long a standby waits, after it last saw the Lease change (or go missing), before
+    /// it takes the Lease over; whole seconds.
+    #[arg(long, global = true, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+
+    /// How long after the start of its last successful renewal the leader may write; shorter
+    /// than the lease duration minus the write grace (half their difference).
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
+    renew_deadline: Duration,
+
+    /// How often the leader renews the Lease; shorter than the renew deadline, jitter
+    /// (+10 %) included.
+    #[arg(long, global = true, default_value = "2s", value_parser = parse_duration)]
+    retry_period: Duration,
+}
+
+/// Bad clocks are a usage error at parse time, with clap's message and exit code, rather
+/// than an election that silently lets two replicas write.
+impl FromArgMatches for Timing {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let flags = TimingFlags::from_arg_matches(matches)?;
+        Timing::new(
+            flags.lease_duration,
+            flags.renew_deadline,
+            flags.retry_period,
+        )
+        .map_err(|error| clap::Error::raw(ErrorKind::ArgumentConflict, error.to_string()))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Timing {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        TimingFlags::augment_args(command)
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        TimingFlags::augment_args_for_update(command)
+    }
 }
 
 /// A duration in humantime ("90s", "5m", "1h 30m") or in seconds ("300").
@@ -180,6 +236,43 @@ mod tests {
         assert_eq!(cli.run.lease_name, "namespace-baseline-reconciler");
         assert_eq!(cli.run.log_format, LogFormat::Text);
         assert_eq!(cli.run.concurrency, 64);
+        assert_eq!(cli.run.timing, Timing::DEFAULT);
+    }
+
+    #[test]
+    fn election_clocks_parse_in_humantime() {
+        let cli = parse(&[
+            "--lease-duration=30s",
+            "--renew-deadline=20s",
+            "--retry-period",
+            "500ms",
+        ]);
+        assert_eq!(
+            cli.run.timing,
+            Timing {
+                lease_duration: Duration::from_secs(30),
+                renew_deadline: Duration::from_secs(20),
+                retry_period: Duration::from_millis(500),
+            }
+        );
+    }
+
+    #[rstest]
+    #[case::renew_deadline_as_long_as_the_lease(&["--renew-deadline=15s"], "the renew deadline (15s) must be shorter than the lease duration (15s) minus the write grace (0ns")]
+    #[case::renew_deadline_past_the_lease(&["--lease-duration=10s", "--renew-deadline=12s"], "the renew deadline (12s) must be shorter than the lease duration (10s)")]
+    #[case::retry_period_as_long_as_the_renew_deadline(&["--retry-period=10s"], "the retry period (10s, up to 11s with its 10 % jitter) must be shorter than the renew deadline (10s)")]
+    #[case::retry_period_past_the_renew_deadline_with_its_jitter(&["--retry-period=9500ms"], "must be shorter than the renew deadline (10s)")]
+    #[case::lease_duration_in_fractions_of_a_second(&["--lease-duration=15500ms"], "the lease duration must be a whole number of seconds")]
+    fn bad_election_clocks_are_refused_with_a_message(
+        #[case] args: &[&str],
+        #[case] message: &str,
+    ) {
+        let error = Cli::try_parse_from(std::iter::once("reconciler").chain(args.iter().copied()))
+            .expect_err("bad clocks were accepted");
+        assert_eq!(error.kind(), ErrorKind::ArgumentConflict);
+        assert!(error.use_stderr(), "a usage error goes to stderr");
+        let text = error.to_string();
+        assert!(text.contains(message), "{text}");
     }
 
     #[test]

@@ -15,15 +15,11 @@ use crate::cli::RunOptions;
 use crate::controller::Settings;
 use crate::error::{Error, Result};
 use crate::http;
-use crate::leader::{Elector, KubeLeases, LeaderGate, Timing, identity};
+use crate::leader::{Elector, KubeLeases, LeaderGate, RELEASE_BUDGET, Timing, identity};
 use crate::state::State;
 
 /// How often the main loop gives its heartbeat and looks at the gate.
 const LEADERSHIP_CHECK: Duration = Duration::from_millis(500);
-/// How long in-flight reconciles may take to finish on shutdown.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-/// How long releasing the lease may take on shutdown.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The client configuration: `KUBECONFIG` (or `~/.kube/config`), else the in-cluster
 /// ServiceAccount.
@@ -54,8 +50,9 @@ pub async fn run(options: RunOptions) -> Result<()> {
         config.headers.push((USER_AGENT, agent));
     }
     let client = api_client::client(config)?;
+    let timing = options.timing;
     let gate = Arc::new(if options.leader_election {
-        LeaderGate::elected(Timing::DEFAULT)
+        LeaderGate::elected(timing)
     } else {
         LeaderGate::always()
     });
@@ -72,17 +69,21 @@ pub async fn run(options: RunOptions) -> Result<()> {
             &options.lease_namespace,
             &options.lease_name,
         );
-        let elector = Elector::new(leases, identity.clone(), Timing::DEFAULT, gate.clone());
+        let elector = Elector::new(leases, identity.clone(), timing, gate.clone());
         let (stop, stopped) = oneshot::channel();
         info!(
             lease = %options.lease_name,
             namespace = %options.lease_namespace,
             %identity,
+            lease_duration = ?timing.lease_duration,
+            renew_deadline = ?timing.renew_deadline,
+            retry_period = ?timing.retry_period,
             "leader election started"
         );
         Some(Election {
             stop,
             task: tokio::spawn(elector.run(stopped)),
+            timing,
         })
     } else {
         info!("leader election off: this replica reconciles alone");
@@ -100,7 +101,7 @@ pub async fn run(options: RunOptions) -> Result<()> {
             .filter(|name| !name.is_empty())
             .map(|name| (options.lease_namespace.clone(), name)),
     };
-    let result = lead_while_elected(client, settings, &state, &identity, shutdown).await;
+    let result = lead_while_elected(client, settings, &state, &identity, timing, shutdown).await;
     let finished = finish(server, election).await;
     result.and(finished)
 }
@@ -112,6 +113,7 @@ async fn lead_while_elected(
     settings: Settings,
     state: &Arc<State>,
     identity: &str,
+    timing: Timing,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<()> {
     let mut ticker = tokio::time::interval(LEADERSHIP_CHECK);
@@ -160,13 +162,28 @@ async fn lead_while_elected(
                 warn!("lost the lease: stopped the controller");
             }
             Term::Shutdown => {
-                info!("shutting down: letting running reconciles finish");
+                // No new work, and no new write: only the writes already under way go on
+                // (within their budgets), polled here, and the Lease is released after them.
+                state.leader.close();
                 let _ = stop.send(());
-                if tokio::time::timeout(SHUTDOWN_GRACE, &mut term)
-                    .await
-                    .is_err()
-                {
-                    warn!("reconciles still running after {SHUTDOWN_GRACE:?}: abandoning them");
+                let in_flight = state.leader.writes_in_flight();
+                info!(
+                    in_flight,
+                    "shutting down: no new writes; waiting for those in flight"
+                );
+                let waited = tokio::time::timeout(
+                    longest_write(timing),
+                    drain(&mut term, state, &mut ticker),
+                )
+                .await;
+                if waited.is_err() {
+                    // Not expected (each write ends by its budget): dropping the controller
+                    // abandons what is left, and the release waits the write grace after it.
+                    warn!(
+                        in_flight = state.leader.writes_in_flight(),
+                        "writes still in flight after {:?}: abandoning them",
+                        longest_write(timing)
+                    );
                 }
             }
             Term::Ended => {
@@ -185,20 +202,48 @@ enum Term {
     Shutdown,
 }
 
+/// The longest a write admitted before shutdown may still take: its budget ends at most the
+/// renew deadline plus the write grace after it started.
+fn longest_write(timing: Timing) -> Duration {
+    timing.renew_deadline + timing.write_grace()
+}
+
+/// Polls the stopping controller (its writes in flight progress only while it is polled)
+/// until none of its writes is in flight, or it has ended.
+async fn drain(
+    term: &mut (impl Future<Output = ()> + Unpin),
+    state: &State,
+    ticker: &mut tokio::time::Interval,
+) {
+    let no_writes = state.leader.no_writes_in_flight();
+    tokio::pin!(no_writes);
+    loop {
+        tokio::select! {
+            () = &mut *term => return,
+            () = &mut no_writes => return,
+            _ = ticker.tick() => state.health.beat(),
+        }
+    }
+}
+
 /// The elector's task, and how to tell it to release the Lease and end.
 struct Election {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
+    timing: Timing,
 }
 
 impl Election {
+    /// Stops the elector, which releases the Lease once the last write has settled: at most
+    /// the write grace after an abandoned write, then [`RELEASE_BUDGET`].
     async fn release(self) {
-        let Self { stop, task } = self;
+        let Self { stop, task, timing } = self;
         let _ = stop.send(());
-        match tokio::time::timeout(RELEASE_TIMEOUT, task).await {
+        let bound = timing.write_grace() + RELEASE_BUDGET + Duration::from_secs(1);
+        match tokio::time::timeout(bound, task).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => warn!(%error, "the leader election task failed"),
-            Err(_) => warn!("releasing the lease timed out"),
+            Err(_) => warn!("releasing the lease took longer than {bound:?}: left to expire"),
         }
     }
 }

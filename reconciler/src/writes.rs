@@ -43,7 +43,9 @@ impl Context {
 
 /// Runs one write to the API, if and while this replica may write: the gate is checked
 /// right before the request goes out (waiting briefly while a lease renewal is retried),
-/// and the request is abandoned before another replica could take the lease over.
+/// the request is abandoned before another replica could take the lease over, and it counts
+/// as in flight at the gate until it is answered or abandoned, so that the Lease is released
+/// only after it.
 pub(crate) async fn gated<T>(
     state: &State,
     request: impl Future<Output = kube::Result<T>>,
@@ -51,18 +53,32 @@ pub(crate) async fn gated<T>(
     if !state.leader.wait_leading(GATE_WAIT).await {
         return Err(Error::NotLeader);
     }
-    let budget = state
-        .leader
-        .write_budget(WRITE_TIMEOUT)
-        .ok_or(Error::NotLeader)?;
-    Ok(tokio::time::timeout(budget, request)
-        .await
-        .unwrap_or_else(|_| {
-            Err(kube::Error::Service(Box::new(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {budget:?}"),
-            ))))
-        }))
+    let write = state.leader.admit(WRITE_TIMEOUT).ok_or(Error::NotLeader)?;
+    let budget = write.budget();
+    match tokio::time::timeout(budget, request).await {
+        Ok(answer) => {
+            if answered_by_the_server(&answer) {
+                write.answered();
+            }
+            // Else dropped unanswered: a request whose connection failed may still be
+            // applied, like one that timed out.
+            Ok(answer)
+        }
+        // `write` is dropped unanswered: abandoned now.
+        Err(_) => Ok(Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {budget:?}"),
+        ))))),
+    }
+}
+
+/// Whether a write's outcome came from the API server (nothing of it can land later), as
+/// opposed to a transport failure after which the request may still be applied.
+fn answered_by_the_server<T>(answer: &kube::Result<T>) -> bool {
+    matches!(
+        answer,
+        Ok(_) | Err(kube::Error::Api(_) | kube::Error::SerdeError(_))
+    )
 }
 
 /// Writes made, by kind, with the drifted objects repaired.

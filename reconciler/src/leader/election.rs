@@ -1,4 +1,5 @@
-//! The elector: client-go's `tryAcquireOrRenew` on a Lease, with conditional writes only.
+//! The elector: client-go's `tryAcquireOrRenew` on a Lease, with conditional writes only,
+//! stricter where client-go leaves a window for two writers (a missing Lease, the release).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,6 +24,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
 const STANDBY_POLL: Duration = Duration::from_secs(1);
 /// After a failed request: retry soon (the holder's gate is closed meanwhile).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
+/// How long releasing the Lease may take once the last write has settled, retries included:
+/// past it the Lease is left to expire (the lease duration), which is safe, only slower.
+pub const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
 /// A Lease request that did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +34,9 @@ pub enum StoreError {
     /// 409: the Lease changed since it was read (or already exists, on create).
     #[error("the Lease changed since it was read")]
     Conflict,
+    /// 404 on a write: the Lease was deleted, and its holder lost it with it.
+    #[error("the Lease does not exist")]
+    NotFound,
     /// Anything else: the outcome is unknown.
     #[error("Lease request failed")]
     Failed(#[source] Box<kube::Error>),
@@ -44,7 +51,7 @@ pub trait LeaseStore: Send + Sync {
     /// Creates the Lease; [`StoreError::Conflict`] if it exists.
     fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, StoreError>> + Send;
     /// Replaces the Lease if its `resourceVersion` is still `lease.metadata.resourceVersion`;
-    /// [`StoreError::Conflict`] otherwise.
+    /// [`StoreError::Conflict`] otherwise, [`StoreError::NotFound`] if it was deleted.
     fn replace(&self, lease: &Lease) -> impl Future<Output = Result<Lease, StoreError>> + Send;
 }
 
@@ -79,6 +86,7 @@ async fn bounded<T>(request: impl Future<Output = kube::Result<T>>) -> Result<T,
         Err(_) => Err(StoreError::TimedOut),
         Ok(Ok(value)) => Ok(value),
         Ok(Err(kube::Error::Api(status))) if status.code == 409 => Err(StoreError::Conflict),
+        Ok(Err(kube::Error::Api(status))) if status.code == 404 => Err(StoreError::NotFound),
         Ok(Err(error)) => Err(StoreError::Failed(Box::new(error))),
     }
 }
@@ -99,25 +107,46 @@ impl LeaseStore for KubeLeases {
     }
 }
 
-/// The Lease as this replica last saw it, and when it first saw it so (its own clock).
+/// The Lease as this replica last saw it (`None`: missing), and when it first saw it so
+/// (its own clock).
 #[derive(Debug, Clone)]
 struct Observed {
-    lease: Lease,
+    lease: Option<Lease>,
     since: Instant,
 }
 
 impl Observed {
-    fn spec(&self) -> LeaseSpec {
-        self.lease.spec.clone().unwrap_or_default()
+    /// What a change restarts the clock on: the spec, or the Lease's absence.
+    fn spec(&self) -> Option<LeaseSpec> {
+        self.lease
+            .as_ref()
+            .map(|lease| lease.spec.clone().unwrap_or_default())
     }
 
     fn holder(&self) -> Option<&str> {
         self.lease
-            .spec
             .as_ref()
+            .and_then(|lease| lease.spec.as_ref())
             .and_then(|spec| spec.holder_identity.as_deref())
             .filter(|holder| !holder.is_empty())
     }
+
+    /// Whether this replica must wait for the observation to age before taking the Lease:
+    /// it is held by someone, or missing (its last holder may still be writing).
+    fn guarded(&self) -> bool {
+        self.lease.is_none() || self.holder().is_some()
+    }
+}
+
+/// How a release ended.
+enum Release {
+    Released,
+    /// The Lease did not name this replica: nothing to do.
+    NotHeld,
+    /// Someone else wrote the Lease since this replica did: not touched.
+    TakenMeanwhile,
+    /// No attempt succeeded within [`RELEASE_BUDGET`]: the Lease expires on its own.
+    OutOfBudget,
 }
 
 /// Runs the election for one identity and keeps the [`LeaderGate`] true to it.
@@ -140,8 +169,28 @@ impl<S: LeaseStore> Elector<S> {
         }
     }
 
-    /// Rounds of [`Elector::step`] until `stop` fires, then releases the Lease if held.
+    /// Rounds of [`Elector::step`] until `stop` fires (shutdown), then: the gate closes to
+    /// new writes, rounds go on (the holder keeps renewing) until the writes under way have
+    /// settled, and the Lease is released ([`Elector::release`]). `stop` and the settling
+    /// end a round under way too: a round can last several requests' timeouts, and neither
+    /// the shutdown nor the release waits for it (every Lease write is conditional, so an
+    /// abandoned one changes nothing the release does not read again).
     pub async fn run(mut self, mut stop: oneshot::Receiver<()>) {
+        tokio::select! {
+            () = self.rounds() => {}
+            _ = &mut stop => {}
+        }
+        self.gate.close();
+        let gate = self.gate.clone();
+        tokio::select! {
+            () = self.rounds() => {}
+            () = gate.writes_settled() => {}
+        }
+        self.release().await;
+    }
+
+    /// Rounds of [`Elector::step`], each followed by its delay; never ends.
+    async fn rounds(&mut self) {
         loop {
             let delay = match self.step().await {
                 Ok(()) if self.gate.holding() => self.timing.retry_period,
@@ -151,12 +200,8 @@ impl<S: LeaseStore> Elector<S> {
                     RETRY_AFTER_FAILURE
                 }
             };
-            tokio::select! {
-                () = tokio::time::sleep(jittered(delay)) => {}
-                _ = &mut stop => break,
-            }
+            tokio::time::sleep(jittered(delay)).await;
         }
-        self.release().await;
     }
 
     /// When a standby looks again: at its usual pace, or right when the Lease expires by its
@@ -165,7 +210,7 @@ impl<S: LeaseStore> Elector<S> {
         let expiry = self
             .observed
             .as_ref()
-            .filter(|observed| observed.holder().is_some())
+            .filter(|observed| observed.guarded())
             .map(|observed| {
                 self.expires_at(observed)
                     .saturating_duration_since(Instant::now())
@@ -176,7 +221,8 @@ impl<S: LeaseStore> Elector<S> {
     }
 
     /// One round of client-go's `tryAcquireOrRenew`: renew the Lease if held, take it if it
-    /// is free or expired by this replica's own observation, else stand by. The gate follows.
+    /// is free or expired by this replica's own observation, create it once it has been
+    /// missing for the lease duration, else stand by. The gate follows.
     pub async fn step(&mut self) -> Result<(), StoreError> {
         if self.gate.renewal_overdue() {
             warn!(identity = %self.identity, "no renewal within the renew deadline: giving the lease up");
@@ -187,10 +233,17 @@ impl<S: LeaseStore> Elector<S> {
         }
 
         let read = self.guard(self.store.get().await)?;
-        let Some(lease) = read else {
+        let observed = self.observe(read, Instant::now());
+        let Some(lease) = observed.lease.clone() else {
+            // Missing: deleted, or never created. Whoever held it may still be writing
+            // until its own renewal fails; only a lease duration of absence proves it
+            // stopped.
+            self.lost("the lease was deleted");
+            if Instant::now() < self.expires_at(&observed) {
+                return Ok(());
+            }
             return self.create().await;
         };
-        let observed = self.observe(lease, Instant::now());
         match observed.holder() {
             Some(holder)
                 if holder != self.identity && Instant::now() < self.expires_at(&observed) =>
@@ -204,13 +257,22 @@ impl<S: LeaseStore> Elector<S> {
             holder => {
                 let ours = holder == Some(self.identity.as_str());
                 let next = if ours {
-                    self.renewal(&observed.lease)
+                    self.renewal(&lease)
                 } else {
-                    self.takeover(&observed.lease)
+                    self.takeover(&lease)
                 };
                 self.write(next, ours).await
             }
         }
+    }
+
+    /// The Lease is gone: a holder has lost it (not a doubt that a renewal may lift), and
+    /// stands by.
+    fn lost(&self, why: &str) {
+        if self.gate.holding() {
+            warn!(identity = %self.identity, "{why}: lost it, stopped writing");
+        }
+        self.gate.stand_by();
     }
 
     /// The holder's renewal from the Lease it last wrote, without reading first. Whether it
@@ -219,20 +281,29 @@ impl<S: LeaseStore> Elector<S> {
         let Some(observed) = self.observed.as_ref() else {
             return Ok(false);
         };
-        if observed.holder() != Some(self.identity.as_str()) {
+        let Some(lease) = observed
+            .lease
+            .as_ref()
+            .filter(|_| observed.holder() == Some(self.identity.as_str()))
+        else {
             return Ok(false);
-        }
-        let renewal = self.renewal(&observed.lease);
+        };
+        let renewal = self.renewal(lease);
         let started = Instant::now();
         match self.store.replace(&renewal).await {
             Ok(lease) => {
-                self.observe(lease, Instant::now());
+                self.observe(Some(lease), Instant::now());
                 self.gate.renewed(started);
                 Ok(true)
             }
             Err(StoreError::Conflict) => {
                 warn!(identity = %self.identity, "renewal conflicted: stopped writing, reading the lease");
                 self.gate.doubt();
+                Ok(false)
+            }
+            Err(StoreError::NotFound) => {
+                // Read on: the round then watches the absence from now.
+                self.lost("the lease was deleted under its holder");
                 Ok(false)
             }
             Err(error) => {
@@ -250,8 +321,13 @@ impl<S: LeaseStore> Elector<S> {
                 if !renewal || !self.gate.holding() {
                     info!(identity = %self.identity, "acquired the lease");
                 }
-                self.observe(written, Instant::now());
+                self.observe(Some(written), Instant::now());
                 self.gate.renewed(started);
+                Ok(())
+            }
+            Err(StoreError::NotFound) => {
+                // Deleted since it was read: the next round sees it missing.
+                self.lost("the lease was deleted");
                 Ok(())
             }
             Err(StoreError::Conflict) => {
@@ -286,7 +362,7 @@ impl<S: LeaseStore> Elector<S> {
         match self.store.create(&lease).await {
             Ok(created) => {
                 info!(identity = %self.identity, "created and acquired the lease");
-                self.observe(created, Instant::now());
+                self.observe(Some(created), Instant::now());
                 self.gate.renewed(started);
                 Ok(())
             }
@@ -298,35 +374,86 @@ impl<S: LeaseStore> Elector<S> {
         }
     }
 
-    /// Gives the Lease up, if this replica holds it: writes stop first, then the Lease is
-    /// emptied with a write conditional on this replica's last write (so a Lease someone
-    /// else has taken is never touched).
+    /// Gives the Lease up, if it names this replica, once no write of this replica can
+    /// land any more: the gate closes for good, the writes in flight end (answered, or
+    /// abandoned at their budget), and the write grace passes after the last abandoned one;
+    /// only then is the Lease emptied, which lets a standby take it at once. The release is
+    /// conditional on this replica's last write and, when a request fails or conflicts,
+    /// re-read and retried within [`RELEASE_BUDGET`]; a Lease someone else holds is never
+    /// touched.
     pub async fn release(&mut self) {
-        let held = self.gate.holding();
+        self.gate.close();
+        self.gate.writes_settled().await;
         self.gate.stand_by();
-        let Some(observed) = self.observed.as_ref() else {
-            return;
+        let deadline = Instant::now() + RELEASE_BUDGET;
+        let mut attempts = 0_u32;
+        let outcome = loop {
+            let Some(base) = self.ours() else {
+                let emptied = self.observed.as_ref().is_some_and(|observed| {
+                    observed.lease.is_some() && observed.holder().is_none()
+                });
+                break match attempts {
+                    0 => Release::NotHeld,
+                    // After a failed attempt, an empty holder is that attempt, applied.
+                    _ if emptied => Release::Released,
+                    _ => Release::TakenMeanwhile,
+                };
+            };
+            attempts += 1;
+            match tokio::time::timeout_at(deadline, self.empty(base)).await {
+                Err(_) => break Release::OutOfBudget,
+                Ok(Ok(lease)) => {
+                    self.observe(Some(lease), Instant::now());
+                    break Release::Released;
+                }
+                Ok(Err(error)) => {
+                    debug!(identity = %self.identity, %error, attempts, "releasing the lease: request failed, reading it again");
+                }
+            }
+            let pause = RETRY_AFTER_FAILURE.min(deadline.saturating_duration_since(Instant::now()));
+            tokio::time::sleep(pause).await;
+            match tokio::time::timeout_at(deadline, self.store.get()).await {
+                Err(_) => break Release::OutOfBudget,
+                Ok(Ok(read)) => {
+                    self.observe(read, Instant::now());
+                }
+                Ok(Err(error)) => {
+                    // Nothing learned: the next attempt writes from the last read again.
+                    debug!(identity = %self.identity, %error, attempts, "releasing the lease: reading it failed");
+                }
+            }
         };
-        if !held || observed.holder() != Some(self.identity.as_str()) {
-            return;
+        match outcome {
+            Release::Released => info!(identity = %self.identity, attempts, "lease released"),
+            Release::NotHeld => {}
+            Release::TakenMeanwhile => {
+                info!(identity = %self.identity, attempts, "lease not released: it changed since this replica last wrote it");
+            }
+            Release::OutOfBudget => {
+                warn!(identity = %self.identity, attempts, budget = ?RELEASE_BUDGET, "releasing the lease failed within its budget: it expires on its own");
+            }
         }
-        let mut released = observed.lease.clone();
+    }
+
+    /// The Lease as last seen, if it names this replica.
+    fn ours(&self) -> Option<Lease> {
+        let observed = self.observed.as_ref()?;
+        if observed.holder() != Some(self.identity.as_str()) {
+            return None;
+        }
+        observed.lease.clone()
+    }
+
+    /// One conditional write emptying `base`.
+    async fn empty(&self, base: Lease) -> Result<Lease, StoreError> {
+        let mut released = base;
         let now = micro_now();
         let spec = released.spec.get_or_insert_with(LeaseSpec::default);
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.acquire_time = Some(now.clone());
         spec.renew_time = Some(now);
-        match self.store.replace(&released).await {
-            Ok(lease) => {
-                info!(identity = %self.identity, "lease released");
-                self.observe(lease, Instant::now());
-            }
-            Err(StoreError::Conflict) => {
-                info!(identity = %self.identity, "lease not released: it changed since this replica last wrote it");
-            }
-            Err(error) => warn!(identity = %self.identity, %error, "releasing the lease failed"),
-        }
+        self.store.replace(&released).await
     }
 
     /// A failed request of the holder closes the gate.
@@ -341,14 +468,14 @@ impl<S: LeaseStore> Elector<S> {
         result.map_err(|error| self.fail(error))
     }
 
-    /// Records what was read or written; the clock restarts only when the spec changed.
-    fn observe(&mut self, lease: Lease, at: Instant) -> Observed {
-        let unchanged = self
-            .observed
+    /// Records what was read or written; the clock restarts only when the spec changed, or
+    /// the Lease appeared or went missing.
+    fn observe(&mut self, lease: Option<Lease>, at: Instant) -> Observed {
+        let spec = lease
             .as_ref()
-            .is_some_and(|observed| observed.spec() == lease.spec.clone().unwrap_or_default());
+            .map(|lease| lease.spec.clone().unwrap_or_default());
         let since = match &self.observed {
-            Some(observed) if unchanged => observed.since,
+            Some(observed) if observed.spec() == spec => observed.since,
             _ => at,
         };
         let observed = Observed { lease, since };
@@ -357,12 +484,12 @@ impl<S: LeaseStore> Elector<S> {
     }
 
     /// When the observed Lease expires for this replica: the lease duration (ours, or the
-    /// Lease's if longer) after this replica first saw it as it is.
+    /// Lease's if longer) after this replica first saw it as it is, or first saw it missing.
     fn expires_at(&self, observed: &Observed) -> Instant {
         let declared = observed
             .lease
-            .spec
             .as_ref()
+            .and_then(|lease| lease.spec.as_ref())
             .and_then(|spec| spec.lease_duration_seconds)
             .and_then(|seconds| u64::try_from(seconds).ok())
             .map_or(Duration::ZERO, Duration::from_secs);

@@ -1,4 +1,5 @@
-//! Whether this replica may write now, and for how long a write may take.
+//! Whether this replica may write now, for how long a write may take, and which writes are
+//! still under way: the Lease is handed over only after the last of them.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -9,7 +10,9 @@ use tokio::time::Instant;
 use super::Timing;
 
 /// The write gate. The elector opens it with each successful Lease write and closes it on
-/// any doubt; the reconciler checks it immediately before every write.
+/// any doubt; the reconciler checks it immediately before every write, and holds an
+/// [`InFlightWrite`] while the write is under way. On shutdown it closes for good
+/// ([`LeaderGate::close`]), and the release waits for [`LeaderGate::writes_settled`].
 #[derive(Debug)]
 pub struct LeaderGate {
     /// `None` without leader election: the single replica always writes.
@@ -30,6 +33,48 @@ struct Term {
     doubt: bool,
     /// The start of the last successful Lease write.
     renewed_at: Option<Instant>,
+    /// Shutting down: no write is admitted any more, whatever the Lease says.
+    closed: bool,
+    /// Writes admitted and not yet answered or abandoned.
+    in_flight: usize,
+    /// When the last write that got no answer (timed out, dropped, or its connection failed)
+    /// was given up: the API server may still apply it for up to the write grace.
+    last_abandoned: Option<Instant>,
+}
+
+/// A write the gate admitted, counted as in flight until it is dropped. Dropped without
+/// [`InFlightWrite::answered`], it counts as abandoned: the request may still reach the API
+/// server, so the Lease is not released until the write grace after it.
+#[derive(Debug)]
+#[must_use = "the write is in flight only while this is held"]
+pub struct InFlightWrite<'gate> {
+    gate: &'gate LeaderGate,
+    budget: Duration,
+    answered: bool,
+}
+
+impl InFlightWrite<'_> {
+    /// How long the write may take before it must be abandoned.
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// The API server answered: nothing of this write can land later.
+    pub fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for InFlightWrite<'_> {
+    fn drop(&mut self) {
+        let answered = self.answered;
+        self.gate.update(|term| {
+            term.in_flight = term.in_flight.saturating_sub(1);
+            if !answered {
+                term.last_abandoned = Some(Instant::now());
+            }
+        });
+    }
 }
 
 impl LeaderGate {
@@ -63,10 +108,18 @@ impl LeaderGate {
 
     /// Until when the gate stays open without another renewal; `None` when it is closed.
     fn open_until(&self) -> Option<Instant> {
-        let Some(timing) = self.timing else {
+        let term = *self.term();
+        Self::term_open_until(&term, self.timing)
+    }
+
+    /// [`LeaderGate::open_until`] of a term.
+    fn term_open_until(term: &Term, timing: Option<Timing>) -> Option<Instant> {
+        if term.closed {
+            return None;
+        }
+        let Some(timing) = timing else {
             return Some(Instant::now() + Duration::from_secs(3600));
         };
-        let term = *self.term();
         if !term.holding || term.doubt {
             return None;
         }
@@ -77,13 +130,74 @@ impl LeaderGate {
     /// reach the API server after another replica may have taken the Lease over. `None` when
     /// the gate is closed.
     pub fn write_budget(&self, cap: Duration) -> Option<Duration> {
-        let until = self.open_until()?;
+        self.budget(&self.term(), cap)
+    }
+
+    fn budget(&self, term: &Term, cap: Duration) -> Option<Duration> {
+        let until = Self::term_open_until(term, self.timing)?;
         let now = Instant::now();
         if now >= until {
             return None;
         }
-        let grace = self.timing.map_or(Duration::ZERO, |t| t.write_grace());
-        Some(cap.min(until + grace - now))
+        Some(cap.min(until + self.write_grace() - now))
+    }
+
+    /// Admits one write starting now with [`LeaderGate::write_budget`], counted in flight
+    /// until the returned guard is dropped; `None` when the gate is closed. Checked and
+    /// counted under one lock, so that a write is either refused after
+    /// [`LeaderGate::close`] or seen in flight by the release.
+    pub fn admit(&self, cap: Duration) -> Option<InFlightWrite<'_>> {
+        let budget = {
+            let mut term = self.term();
+            let budget = self.budget(&term, cap)?;
+            term.in_flight += 1;
+            budget
+        };
+        Some(InFlightWrite {
+            gate: self,
+            budget,
+            answered: false,
+        })
+    }
+
+    /// How long after the gate closes a write under way may still reach the API server.
+    fn write_grace(&self) -> Duration {
+        self.timing.map_or(Duration::ZERO, |t| t.write_grace())
+    }
+
+    /// Shutdown: no write is admitted from now on, and none waits for the gate to reopen.
+    /// The Lease is not touched; the writes already admitted go on within their budgets.
+    pub fn close(&self) {
+        self.update(|term| term.closed = true);
+    }
+
+    /// Writes admitted and not yet answered or abandoned.
+    pub fn writes_in_flight(&self) -> usize {
+        self.term().in_flight
+    }
+
+    /// Resolves once no write is in flight.
+    pub async fn no_writes_in_flight(&self) {
+        let mut changes = self.changes.subscribe();
+        while self.writes_in_flight() > 0 {
+            // The sender lives in `self`: `changed` cannot fail while it is borrowed.
+            let _ = changes.changed().await;
+        }
+    }
+
+    /// Resolves once no write is in flight and the write grace has passed since the last
+    /// abandoned one: from then on no write of this replica can reach the API server. Call
+    /// it after [`LeaderGate::close`], else new writes may keep it waiting.
+    pub async fn writes_settled(&self) {
+        loop {
+            self.no_writes_in_flight().await;
+            let settles_at = self.term().last_abandoned.map(|at| at + self.write_grace());
+            match settles_at {
+                Some(at) if Instant::now() < at => tokio::time::sleep_until(at).await,
+                _ if self.writes_in_flight() == 0 => return,
+                _ => {}
+            }
+        }
     }
 
     /// Waits up to `max` for the gate to open; whether it is open.
@@ -94,8 +208,9 @@ impl LeaderGate {
             if self.is_leading() {
                 return true;
             }
-            if !self.holding() {
-                // A standby's gate opens only with a new term; no point in waiting.
+            if !self.holding() || self.term().closed {
+                // A standby's gate opens only with a new term, a closed one never again: no
+                // point in waiting.
                 return false;
             }
             if tokio::time::timeout_at(deadline, changes.changed())

@@ -13,14 +13,22 @@
 //!   the 15 s others wait after they *saw* that renewal), closes at the first failed renewal
 //!   until one succeeds, and bounds every write so that it is abandoned before the lease can
 //!   pass to another replica.
+//! - A Lease nobody holds is taken only when no write of its last holder can still land:
+//!   a Lease its holder released is free at once, because the holder emptied it only after
+//!   its last write was answered (or abandoned a write grace before); a *missing* Lease is
+//!   created only after this replica has seen it missing for the lease duration, since a
+//!   deleted Lease says nothing about its holder's writes.
 
 mod election;
 mod gate;
 
-pub use election::{Elector, KubeLeases, LeaseStore, StoreError};
-pub use gate::LeaderGate;
+pub use election::{Elector, KubeLeases, LeaseStore, RELEASE_BUDGET, StoreError};
+pub use gate::{InFlightWrite, LeaderGate};
 
 use std::time::Duration;
+
+/// The longest a round's delay gets with its jitter ([`election`] waits ±10 %).
+const MAX_JITTER: f64 = 1.1;
 
 /// The election's clocks, as client-go's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,12 +41,73 @@ pub struct Timing {
     pub retry_period: Duration,
 }
 
+/// Clocks the election cannot keep its promises with (client-go refuses them too).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimingError {
+    #[error(
+        "the lease duration must be a whole number of seconds, at least 1 (the Lease records seconds); got {0:?}"
+    )]
+    LeaseDuration(Duration),
+    #[error(
+        "the renew deadline ({renew_deadline:?}) must be shorter than the lease duration ({lease_duration:?}) minus the write grace ({write_grace:?}, half their difference): a leader's last write must end before a standby may take the Lease over"
+    )]
+    RenewDeadline {
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        write_grace: Duration,
+    },
+    #[error(
+        "the retry period ({retry_period:?}, up to {jittered:?} with its 10 % jitter) must be shorter than the renew deadline ({renew_deadline:?}): the leader must renew at least once before its writes stop"
+    )]
+    RetryPeriod {
+        retry_period: Duration,
+        jittered: Duration,
+        renew_deadline: Duration,
+    },
+}
+
 impl Timing {
     pub const DEFAULT: Self = Self {
         lease_duration: Duration::from_secs(15),
         renew_deadline: Duration::from_secs(10),
         retry_period: Duration::from_secs(2),
     };
+
+    /// Clocks checked as client-go checks them: the renew deadline leaves a write grace
+    /// before the lease duration, and the leader renews (jitter included) within the renew
+    /// deadline.
+    pub fn new(
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Result<Self, TimingError> {
+        let timing = Self {
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        };
+        if lease_duration < Duration::from_secs(1) || lease_duration.subsec_nanos() != 0 {
+            return Err(TimingError::LeaseDuration(lease_duration));
+        }
+        let write_grace = timing.write_grace();
+        if renew_deadline.is_zero() || renew_deadline >= lease_duration.saturating_sub(write_grace)
+        {
+            return Err(TimingError::RenewDeadline {
+                lease_duration,
+                renew_deadline,
+                write_grace,
+            });
+        }
+        let jittered = retry_period.mul_f64(MAX_JITTER);
+        if retry_period.is_zero() || jittered >= renew_deadline {
+            return Err(TimingError::RetryPeriod {
+                retry_period,
+                jittered,
+                renew_deadline,
+            });
+        }
+        Ok(timing)
+    }
 
     /// How long after the gate closes a write already under way may still take: half the
     /// time between the gate closing and the earliest takeover, the other half a margin for

@@ -69,6 +69,8 @@ struct FakeLeases {
     partitioned: Arc<Mutex<bool>>,
     /// The next `n` requests fail at once (500).
     failures: Arc<Mutex<u32>>,
+    /// The next `n` requests never answer (a connection that hangs, with no timeout below).
+    hangs: Arc<Mutex<u32>>,
     /// Runs on the server just before the next request is served (another replica's write
     /// landing between this replica's read and its write).
     before_next: Arc<Mutex<Option<Hook>>>,
@@ -94,6 +96,10 @@ impl FakeLeases {
         *self.failures.lock().unwrap() = n;
     }
 
+    fn hang_next(&self, n: u32) {
+        *self.hangs.lock().unwrap() = n;
+    }
+
     fn before_next(&self, hook: impl FnOnce(&mut Server) + Send + 'static) {
         *self.before_next.lock().unwrap() = Some(Box::new(hook));
     }
@@ -105,6 +111,15 @@ impl FakeLeases {
         if *self.partitioned.lock().unwrap() {
             tokio::time::sleep(Duration::from_secs(4)).await;
             return Err(StoreError::TimedOut);
+        }
+        let hang = {
+            let mut hangs = self.hangs.lock().unwrap();
+            let hang = *hangs > 0;
+            *hangs = hangs.saturating_sub(1);
+            hang
+        };
+        if hang {
+            std::future::pending::<()>().await;
         }
         {
             let mut failures = self.failures.lock().unwrap();
@@ -150,9 +165,7 @@ impl LeaseStore for FakeLeases {
                 .as_ref()
                 .and_then(|l| l.metadata.resource_version.clone());
             let Some(current) = current else {
-                return Err(StoreError::Failed(Box::new(kube::Error::Api(Box::new(
-                    kube::core::Status::failure("not found", "NotFound").with_code(404),
-                )))));
+                return Err(StoreError::NotFound);
             };
             if lease
                 .metadata
@@ -193,12 +206,34 @@ async fn advance(duration: Duration) {
     tokio::time::advance(duration).await;
 }
 
+/// A replica leading on a Lease that names it (as after a restart under the same name): its
+/// first round renews it.
+async fn leader(name: &str, server: &FakeLeases) -> Replica {
+    server.server().write_as(name);
+    let mut replica = replica(name, server);
+    replica.elector.step().await.unwrap();
+    assert!(replica.gate.is_leading());
+    replica
+}
+
 #[tokio::test(start_paused = true)]
-async fn the_first_replica_creates_the_lease_and_the_second_stands_by() {
+async fn a_missing_lease_is_created_after_a_lease_duration_of_absence_by_one_replica() {
     let server = FakeLeases::default();
     let mut a = replica("a", &server);
     let mut b = replica("b", &server);
     assert!(!a.gate.is_known() && !a.gate.is_leading());
+    a.elector.step().await.unwrap();
+    b.elector.step().await.unwrap();
+    assert!(a.gate.is_known() && b.gate.is_known(), "standbys know it");
+    advance(Timing::DEFAULT.lease_duration - Duration::from_millis(100)).await;
+    a.elector.step().await.unwrap();
+    b.elector.step().await.unwrap();
+    assert!(
+        !a.gate.holding() && !b.gate.holding(),
+        "created before 15 s of absence"
+    );
+    assert!(server.server().lease.is_none());
+    advance(Duration::from_millis(100)).await;
     a.elector.step().await.unwrap();
     b.elector.step().await.unwrap();
     assert!(a.gate.is_leading() && a.gate.is_known());
@@ -268,9 +303,8 @@ async fn a_lease_expires_only_by_the_standbys_own_observation(
 #[tokio::test(start_paused = true)]
 async fn a_lease_seen_changing_is_never_taken_over() {
     let server = FakeLeases::default();
-    let mut a = replica("a", &server);
+    let mut a = leader("a", &server).await;
     let mut b = replica("b", &server);
-    a.elector.step().await.unwrap();
     for _ in 0..60 {
         advance(Timing::DEFAULT.retry_period).await;
         a.elector.step().await.unwrap();
@@ -283,9 +317,7 @@ async fn a_lease_seen_changing_is_never_taken_over() {
 #[tokio::test(start_paused = true)]
 async fn a_conflicting_renewal_stops_writes_before_the_lease_is_read_again() {
     let server = FakeLeases::default();
-    let mut a = replica("a", &server);
-    a.elector.step().await.unwrap();
-    assert!(a.gate.is_leading());
+    let mut a = leader("a", &server).await;
     // b writes the Lease behind a's back (e.g. a took too long and b's view expired).
     server.server().write_as("b");
     let gate = a.gate.clone();
@@ -309,8 +341,7 @@ async fn a_conflicting_renewal_stops_writes_before_the_lease_is_read_again() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_renewal_closes_the_gate_until_a_renewal_succeeds() {
     let server = FakeLeases::default();
-    let mut a = replica("a", &server);
-    a.elector.step().await.unwrap();
+    let mut a = leader("a", &server).await;
     a.leases.fail_next(1);
     advance(Timing::DEFAULT.retry_period).await;
     assert!(a.elector.step().await.is_err());
@@ -324,8 +355,7 @@ async fn a_failed_renewal_closes_the_gate_until_a_renewal_succeeds() {
 #[tokio::test(start_paused = true)]
 async fn the_gate_bounds_writes_to_the_renew_deadline_plus_half_the_margin() {
     let server = FakeLeases::default();
-    let mut a = replica("a", &server);
-    a.elector.step().await.unwrap();
+    let a = leader("a", &server).await;
     let cap = Duration::from_secs(30);
     assert_eq!(
         a.gate.write_budget(cap),
@@ -352,6 +382,7 @@ async fn the_gate_bounds_writes_to_the_renew_deadline_plus_half_the_margin() {
 #[tokio::test(start_paused = true)]
 async fn a_deposed_leader_stops_writing_before_the_other_acquires() {
     let server = FakeLeases::default();
+    server.server().write_as("a");
     let a = replica("a", &server);
     let b = replica("b", &server);
     let (a_gate, b_gate) = (a.gate.clone(), b.gate.clone());
@@ -406,8 +437,7 @@ async fn a_deposed_leader_stops_writing_before_the_other_acquires() {
 #[tokio::test(start_paused = true)]
 async fn a_leader_that_cannot_renew_ends_its_term_at_the_renew_deadline() {
     let server = FakeLeases::default();
-    let mut a = replica("a", &server);
-    a.elector.step().await.unwrap();
+    let mut a = leader("a", &server).await;
     a.leases.partition(true);
     let mut rounds = 0;
     while a.gate.holding() {
@@ -425,9 +455,8 @@ async fn a_leader_that_cannot_renew_ends_its_term_at_the_renew_deadline() {
 #[tokio::test(start_paused = true)]
 async fn a_released_lease_is_taken_at_once_and_a_lost_one_is_never_released() {
     let server = FakeLeases::default();
-    let mut a = replica("a", &server);
+    let mut a = leader("a", &server).await;
     let mut b = replica("b", &server);
-    a.elector.step().await.unwrap();
     b.elector.step().await.unwrap();
     a.elector.release().await;
     assert!(!a.gate.holding());
@@ -464,4 +493,307 @@ async fn a_standby_waits_for_a_closed_gate_no_longer_than_it_must() {
     });
     assert!(gate.wait_leading(Duration::from_secs(2)).await);
     assert_eq!(started.elapsed(), Duration::from_millis(300));
+}
+
+/// Both replicas run their election loops; one of a's writes is under way (through the
+/// reconciler's own gated write path) when a is told to shut down. b must open its gate
+/// only once that write can no longer land: after its answer, or the write grace after it
+/// was abandoned at its budget; and promptly then, by a's release rather than by expiry.
+#[rstest]
+#[case::answered_3_s_later(Some(Duration::from_secs(3)))]
+#[case::never_answered(None)]
+#[tokio::test(start_paused = true)]
+async fn a_write_in_flight_at_shutdown_ends_before_the_successor_writes(
+    #[case] answered_after: Option<Duration>,
+) {
+    let server = FakeLeases::default();
+    server.server().write_as("a");
+    let a = replica("a", &server);
+    let b = replica("b", &server);
+    let (a_gate, b_gate) = (a.gate.clone(), b.gate.clone());
+    let (a_stop, a_stopped) = oneshot::channel();
+    let (b_stop, b_stopped) = oneshot::channel();
+    let a_task = tokio::spawn(a.elector.run(a_stopped));
+    let b_task = tokio::spawn(b.elector.run(b_stopped));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(a_gate.is_leading() && !b_gate.holding());
+
+    let state = Arc::new(crate::state::State::new(a_gate.clone()));
+    let write = tokio::spawn(async move {
+        let result = crate::writes::gated(&state, async move {
+            match answered_after {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+            Ok(())
+        })
+        .await;
+        (Instant::now(), result)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(a_gate.writes_in_flight(), 1);
+    let sigterm = Instant::now();
+    a_stop.send(()).unwrap();
+    let acquired = loop {
+        if b_gate.is_leading() {
+            break Instant::now();
+        }
+        assert!(
+            sigterm.elapsed() < Duration::from_secs(30),
+            "b never took over"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let (ended, result) = write.await.unwrap();
+    let answer = result.expect("the write was admitted before the shutdown");
+    assert_eq!(answer.is_ok(), answered_after.is_some());
+    let may_land_until = if answer.is_ok() {
+        ended
+    } else {
+        ended + Timing::DEFAULT.write_grace()
+    };
+    assert!(
+        may_land_until < acquired,
+        "a's write may land until {:?} after SIGTERM, b acquired at {:?}",
+        may_land_until - sigterm,
+        acquired - sigterm
+    );
+    assert!(
+        acquired - may_land_until < Duration::from_secs(2),
+        "not handed over by the release: b acquired {:?} after a's last write settled",
+        acquired - may_land_until
+    );
+    a_task.await.unwrap();
+    assert_eq!(server.server().holder().as_deref(), Some("b"));
+    let _ = b_stop.send(());
+    b_task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn once_shutdown_begins_no_write_is_admitted_and_none_waits_for_the_gate() {
+    let server = FakeLeases::default();
+    let mut a = leader("a", &server).await;
+    let state = crate::state::State::new(a.gate.clone());
+    // A renewal is being retried (a write would wait for it) when the shutdown begins.
+    a.gate.doubt();
+    a.gate.close();
+    let asked = Instant::now();
+    let result = crate::writes::gated(&state, async { Ok(()) }).await;
+    assert!(matches!(result, Err(crate::Error::NotLeader)), "{result:?}");
+    assert_eq!(
+        asked.elapsed(),
+        Duration::ZERO,
+        "waited for a gate that will not reopen"
+    );
+    // The term goes on until the release; its renewals do not reopen the gate.
+    a.elector.step().await.unwrap();
+    assert!(a.gate.holding() && !a.gate.is_leading());
+    assert!(a.gate.admit(Duration::from_secs(30)).is_none());
+    assert_eq!(a.gate.writes_in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_settle_the_write_grace_after_the_last_abandoned_one() {
+    let gate = Arc::new(LeaderGate::elected(Timing::DEFAULT));
+    gate.renewed(Instant::now());
+    let cap = Duration::from_secs(30);
+    let answered = gate.admit(cap).unwrap();
+    let abandoned = gate.admit(cap).unwrap();
+    assert_eq!(gate.writes_in_flight(), 2);
+    gate.close();
+    assert!(gate.admit(cap).is_none());
+    let started = Instant::now();
+    let settled = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            gate.writes_settled().await;
+            Instant::now()
+        }
+    });
+    advance(Duration::from_secs(1)).await;
+    drop(abandoned);
+    advance(Duration::from_secs(1)).await;
+    answered.answered();
+    assert_eq!(gate.writes_in_flight(), 0);
+    let settled = settled.await.unwrap();
+    assert_eq!(
+        settled - started,
+        Duration::from_secs(1) + Timing::DEFAULT.write_grace()
+    );
+}
+
+/// A holder renews, and the Lease is gone: the API server's 404 is an answer, not a doubt
+/// that the next renewal may lift.
+#[tokio::test(start_paused = true)]
+async fn a_holder_whose_lease_was_deleted_has_lost_it() {
+    let server = FakeLeases::default();
+    let mut a = leader("a", &server).await;
+    server.server().lease = None;
+    advance(Timing::DEFAULT.retry_period).await;
+    a.elector
+        .step()
+        .await
+        .expect("a deleted Lease is not a failed request");
+    assert!(!a.gate.holding() && !a.gate.is_leading() && a.gate.is_known());
+    assert!(server.server().lease.is_none(), "re-created at once");
+}
+
+/// Both replicas run their election loops when the Lease is deleted: a stops writing at its
+/// next renewal, and nobody leads until a lease duration after the deletion.
+#[tokio::test(start_paused = true)]
+async fn a_deleted_lease_stops_its_holder_and_no_one_leads_for_a_lease_duration() {
+    let server = FakeLeases::default();
+    server.server().write_as("a");
+    let a = replica("a", &server);
+    let b = replica("b", &server);
+    let (a_gate, b_gate) = (a.gate.clone(), b.gate.clone());
+    let (a_stop, a_stopped) = oneshot::channel();
+    let (b_stop, b_stopped) = oneshot::channel();
+    let a_task = tokio::spawn(a.elector.run(a_stopped));
+    let b_task = tokio::spawn(b.elector.run(b_stopped));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(a_gate.is_leading() && !b_gate.holding());
+
+    server.server().lease = None;
+    let deleted = Instant::now();
+    let mut a_stopped_writing = None;
+    let next_leader = loop {
+        let leading = a_gate.is_leading() || b_gate.is_leading();
+        match a_stopped_writing {
+            None if !leading => a_stopped_writing = Some(Instant::now()),
+            Some(_) if leading => break Instant::now(),
+            _ => {}
+        }
+        assert!(deleted.elapsed() < Duration::from_secs(30), "nobody leads");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let a_stopped_writing = a_stopped_writing.unwrap() - deleted;
+    assert!(
+        a_stopped_writing <= Timing::DEFAULT.retry_period.mul_f64(1.1) + Duration::from_millis(10),
+        "a wrote on for {a_stopped_writing:?} after its Lease was deleted"
+    );
+    assert!(
+        next_leader - deleted >= Timing::DEFAULT.lease_duration,
+        "led again {:?} after the deletion",
+        next_leader - deleted
+    );
+    assert!(next_leader - deleted <= Timing::DEFAULT.lease_duration + Duration::from_secs(2));
+    assert!(server.server().holder().is_some());
+    let _ = (a_stop.send(()), b_stop.send(()));
+    a_task.await.unwrap();
+    b_task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_whose_first_request_fails_is_read_again_and_retried() {
+    let server = FakeLeases::default();
+    let mut a = leader("a", &server).await;
+    a.leases.fail_next(1);
+    let started = Instant::now();
+    a.elector.release().await;
+    assert!(server.server().lease.is_some());
+    assert_eq!(server.server().holder(), None, "not released");
+    assert!(started.elapsed() < RELEASE_BUDGET);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_that_cannot_get_through_gives_up_at_its_budget() {
+    let server = FakeLeases::default();
+    let mut a = leader("a", &server).await;
+    a.leases.partition(true);
+    let started = Instant::now();
+    a.elector.release().await;
+    assert_eq!(started.elapsed(), RELEASE_BUDGET);
+    assert_eq!(server.server().holder().as_deref(), Some("a"));
+}
+
+/// a's renewal hangs (no answer, no timeout) when the shutdown comes: the release goes
+/// ahead without waiting for that round.
+#[tokio::test(start_paused = true)]
+async fn a_round_that_hangs_does_not_delay_the_release_past_its_budget() {
+    let server = FakeLeases::default();
+    server.server().write_as("a");
+    let a = replica("a", &server);
+    let (gate, leases) = (a.gate.clone(), a.leases.clone());
+    let (stop, stopped) = oneshot::channel();
+    let task = tokio::spawn(a.elector.run(stopped));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(gate.is_leading());
+    leases.hang_next(1);
+    // The next renewal starts within the retry period (+10 %) and hangs.
+    tokio::time::sleep(Timing::DEFAULT.retry_period.mul_f64(1.1)).await;
+    assert_eq!(*leases.hangs.lock().unwrap(), 0, "no round has started");
+    stop.send(()).unwrap();
+    tokio::time::timeout(RELEASE_BUDGET, task)
+        .await
+        .expect("the release waited for the hanging round")
+        .unwrap();
+    assert!(server.server().lease.is_some());
+    assert_eq!(server.server().holder(), None, "not released");
+}
+
+#[rstest]
+#[case::renew_deadline_equal_to_the_lease(
+    15_000,
+    15_000,
+    2_000,
+    "the renew deadline (15s) must be shorter than the lease duration (15s) minus the write grace"
+)]
+#[case::renew_deadline_past_the_lease(
+    15_000,
+    20_000,
+    2_000,
+    "the renew deadline (20s) must be shorter"
+)]
+#[case::retry_period_equal_to_the_renew_deadline(
+    15_000,
+    10_000,
+    10_000,
+    "the retry period (10s, up to 11s with its 10 % jitter) must be shorter than the renew deadline (10s)"
+)]
+#[case::retry_period_reaching_the_renew_deadline_with_jitter(
+    15_000,
+    10_000,
+    9_500,
+    "must be shorter than the renew deadline (10s)"
+)]
+#[case::no_retry_period(15_000, 10_000, 0, "the retry period (0ns")]
+#[case::no_renew_deadline(15_000, 0, 2_000, "the renew deadline (0ns)")]
+#[case::lease_duration_below_a_second(
+    500,
+    200,
+    100,
+    "the lease duration must be a whole number of seconds, at least 1"
+)]
+#[case::lease_duration_in_fractions(15_500, 10_000, 2_000, "whole number of seconds")]
+fn bad_clocks_are_refused_with_a_message(
+    #[case] lease_ms: u64,
+    #[case] renew_ms: u64,
+    #[case] retry_ms: u64,
+    #[case] message: &str,
+) {
+    let error = Timing::new(
+        Duration::from_millis(lease_ms),
+        Duration::from_millis(renew_ms),
+        Duration::from_millis(retry_ms),
+    )
+    .expect_err("bad clocks accepted");
+    assert!(error.to_string().contains(message), "{error}");
+}
+
+#[test]
+fn the_default_clocks_and_tight_valid_ones_are_accepted() {
+    let default = Timing::new(
+        Duration::from_secs(15),
+        Duration::from_secs(10),
+        Duration::from_secs(2),
+    );
+    assert_eq!(default, Ok(Timing::DEFAULT));
+    let tight = Timing::new(
+        Duration::from_secs(2),
+        Duration::from_millis(1_900),
+        Duration::from_millis(1_700),
+    )
+    .unwrap();
+    assert_eq!(tight.write_grace(), Duration::from_millis(50));
 }
