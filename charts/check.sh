@@ -97,7 +97,7 @@ expect minimal "- --leader-election=false"
 # metadata.yml. What the design also asks of it:
 policy="$ROOT/deploy/admission-policy.yaml"
 grep -qE '^  backgroundAudit: false$' "$policy" || { echo "!! $policy: backgroundAudit must be false" >&2; exit 1; }
-grep -qE '^  matchConditions:$' "$policy" || { echo "!! $policy: matchConditions missing" >&2; exit 1; }
+! grep -qE '^  matchConditions:' "$policy" || { echo "!! $policy: no matchConditions (a condition on a namespace name leaves any namespace of that name unguarded; SECURITY.md)" >&2; exit 1; }
 ! grep -qE '^ *namespaceSelector:' "$policy" || { echo "!! $policy: no namespaceSelector (it cannot see a label removal)" >&2; exit 1; }
-nsb_say "deploy/admission-policy.yaml: metadata.yml's rules, contextAwareResources and backgroundAudit; matchConditions; no namespaceSelector"
+nsb_say "deploy/admission-policy.yaml: metadata.yml's rules, contextAwareResources and backgroundAudit; no matchConditions; no namespaceSelector"
 nsb_say "chart check passed (renderings in $OUT)"

@@ -1,6 +1,7 @@
 //! What the policy reads through the policy-server's host capabilities
 //! (`contextAwareResources` in metadata.yml): the live NamespaceBaselines when the policy runs
-//! context-aware, and a Namespace's labels for the holes check. The answers are handed to the
+//! context-aware, and a Namespace's labels for the holes check (and whether it is being
+//! deleted, for the namespace controller's exemption). The answers are handed to the
 //! core as the JSON text the host returned; the core reads only the fields the rules use,
 //! borrowing the text.
 
@@ -21,7 +22,7 @@ pub fn get_namespace_request(name: &str) -> Result<Vec<u8>, serde_json::Error> {
     // The policy-server's 5-second cache: a label added a moment ago may be missed, which
     // the reconciler's holes report makes up for.
     out.extend_from_slice(
-        br#","namespace":null,"disable_cache":false,"field_masks":["metadata.labels","metadata.name"]}"#,
+        br#","namespace":null,"disable_cache":false,"field_masks":["metadata.deletionTimestamp","metadata.labels","metadata.name"]}"#,
     );
     Ok(out)
 }
@@ -60,8 +61,13 @@ mod tests {
 
     use super::*;
 
-    /// The fields of a Namespace the holes check reads.
-    const NAMESPACE_FIELD_MASKS: [&str; 2] = ["metadata.labels", "metadata.name"];
+    /// The fields of a Namespace the rules read: its labels for the holes check, whether it
+    /// is being deleted for the namespace controller's exemption.
+    const NAMESPACE_FIELD_MASKS: [&str; 3] = [
+        "metadata.deletionTimestamp",
+        "metadata.labels",
+        "metadata.name",
+    ];
 
     /// The fields of a NamespaceBaseline the rules read.
     const BASELINE_FIELD_MASKS: [&str; 3] = ["metadata.name", "spec.mode", "spec.namespaceLabel"];

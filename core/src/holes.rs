@@ -13,15 +13,19 @@ use serde::Serialize;
 
 use crate::facts::PolicyFacts;
 use crate::identity::claims_management;
+use crate::reach::{IpBlockShape, opens_internet, selects_unlabelled};
 
 /// How far a rule opens the wall, widest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Width {
-    /// Any address: a rule without peers, or an ipBlock of `0.0.0.0/0` or `::/0` (whatever its
-    /// `except` list: the internet stays open).
+    /// Any address: a rule without peers, or ipBlocks that together open the internet
+    /// ([`crate::reach::opens_internet`]: `0.0.0.0/0`, `::/0`, `0.0.0.0/1` with
+    /// `128.0.0.0/1`, whatever their `except` lists carve out of them).
     World,
-    /// Every pod of every namespace: a `namespaceSelector: {}` peer without a narrower pod
-    /// selector.
+    /// Every pod of every namespace: a `namespaceSelector` that selects every namespace anyone
+    /// creates (`{}`, `kubernetes.io/metadata.name Exists`, only `NotIn` or `DoesNotExist`
+    /// terms: [`crate::reach::selects_unlabelled`]) with a pod selector that selects every
+    /// pod in the same sense, or none.
     Cluster,
     /// Some namespaces (every pod in them).
     Namespaces,
@@ -195,9 +199,18 @@ fn k8s_hole(
         direction,
         rule,
         peers.into_iter().flatten().map(|peer| PeerShape {
-            ip_block: peer.ip_block.as_ref().map(|block| block.cidr.as_str()),
-            namespaces: peer.namespace_selector.as_ref().map(selects_everything),
-            pods_all: peer.pod_selector.as_ref().is_none_or(selects_everything),
+            ip_block: peer.ip_block.as_ref().map(|block| IpBlockShape {
+                cidr: block.cidr.as_str(),
+                except: block.except.iter().flatten().map(String::as_str).collect(),
+            }),
+            namespaces: peer
+                .namespace_selector
+                .as_ref()
+                .map(|selector| selects_every(selector, true)),
+            pods_all: peer
+                .pod_selector
+                .as_ref()
+                .is_none_or(|selector| selects_every(selector, false)),
         }),
         ports.is_none_or(<[NetworkPolicyPort]>::is_empty),
     )
@@ -206,16 +219,18 @@ fn k8s_hole(
 /// What the classification reads of one peer of a rule (the admission policy reads it from
 /// the request's JSON, the reconciler from the k8s-openapi types).
 pub(crate) struct PeerShape<'a> {
-    /// The `cidr` of its `ipBlock`, if it has one.
-    pub ip_block: Option<&'a str>,
-    /// Whether its `namespaceSelector` selects every namespace, if it has one.
+    /// Its `ipBlock`, if it has one.
+    pub ip_block: Option<IpBlockShape<'a>>,
+    /// Whether its `namespaceSelector` selects every namespace anyone creates
+    /// ([`selects_unlabelled`]), if it has one.
     pub namespaces: Option<bool>,
-    /// Whether it has no `podSelector`, or one that selects every pod.
+    /// Whether it has no `podSelector`, or one that selects every pod anyone creates.
     pub pods_all: bool,
 }
 
 /// The hole a rule opens, from its peers (none: any source or destination) and whether it
-/// names no port.
+/// names no port. Its ipBlocks are judged together (the addresses they open add up), its
+/// selector peers one by one; the widest decides.
 pub(crate) fn hole<'a>(
     policy: &str,
     direction: Direction,
@@ -223,38 +238,52 @@ pub(crate) fn hole<'a>(
     peers: impl IntoIterator<Item = PeerShape<'a>>,
     all_ports: bool,
 ) -> Hole {
-    Hole {
-        policy: policy.to_owned(),
-        direction,
-        rule,
-        width: peers
-            .into_iter()
-            .map(peer_width)
-            .min()
-            .unwrap_or(Width::World),
-        all_ports,
+    let mut blocks = Vec::new();
+    let mut width = None;
+    for peer in peers {
+        match peer.ip_block {
+            Some(block) => blocks.push(block),
+            None => {
+                let opened = selector_width(&peer);
+                width = Some(width.map_or(opened, |width: Width| width.min(opened)));
+            }
+        }
     }
-}
-
-fn selects_everything(selector: &LabelSelector) -> bool {
-    selector
-        .match_labels
-        .as_ref()
-        .is_none_or(|labels| labels.is_empty())
-        && selector
-            .match_expressions
-            .as_ref()
-            .is_none_or(|expressions| expressions.is_empty())
-}
-
-fn peer_width(peer: PeerShape<'_>) -> Width {
-    if let Some(cidr) = peer.ip_block {
-        return if is_everywhere(cidr) {
+    if !blocks.is_empty() {
+        let addresses = if opens_internet(&blocks) {
             Width::World
         } else {
             Width::Addresses
         };
+        width = Some(width.map_or(addresses, |width| width.min(addresses)));
     }
+    Hole {
+        policy: policy.to_owned(),
+        direction,
+        rule,
+        width: width.unwrap_or(Width::World),
+        all_ports,
+    }
+}
+
+/// Whether a k8s-openapi label selector selects every namespace (or pod) anyone creates.
+fn selects_every(selector: &LabelSelector, namespaces: bool) -> bool {
+    selects_unlabelled(
+        selector
+            .match_labels
+            .as_ref()
+            .is_some_and(|labels| !labels.is_empty()),
+        selector
+            .match_expressions
+            .iter()
+            .flatten()
+            .map(|requirement| (requirement.key.as_str(), requirement.operator.as_str())),
+        namespaces,
+    )
+}
+
+/// How far a peer of selectors (no ipBlock) opens.
+fn selector_width(peer: &PeerShape<'_>) -> Width {
     match peer.namespaces {
         Some(true) if peer.pods_all => Width::Cluster,
         Some(true) => Width::Pods,
@@ -263,13 +292,6 @@ fn peer_width(peer: PeerShape<'_>) -> Width {
         // A pod selector alone: pods of this namespace.
         None => Width::Pods,
     }
-}
-
-/// `0.0.0.0/0` or `::/0`, however written (`::0/0`, `0:0::/0`...): a prefix length of 0.
-fn is_everywhere(cidr: &str) -> bool {
-    cidr.trim()
-        .rsplit_once('/')
-        .is_some_and(|(_, prefix)| prefix.trim().parse::<u8>() == Ok(0))
 }
 
 /// Holes counted by width, for status and metrics.
@@ -330,6 +352,17 @@ mod tests {
     #[case::empty_policy_types_read_as_absent(json!({"podSelector": {}, "policyTypes": [], "ingress": [{}]}), vec![(Ingress, World, true)])]
     #[case::ingress_rules_ignored_when_not_governed(json!({"podSelector": {}, "policyTypes": ["Egress"], "ingress": [{}]}), vec![])]
     #[case::deny_only(json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}), vec![])]
+    #[case::split_internet(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}]}]}), vec![(Egress, World, true)])]
+    #[case::split_internet_with_a_carve_out(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/1", "except": ["8.8.8.8/32"]}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}]}]}), vec![(Egress, World, true)])]
+    #[case::the_v6_internet(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "2000::/3"}}]}]}), vec![(Egress, World, true)])]
+    #[case::private_ranges_together(json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}, {"ipBlock": {"cidr": "192.168.0.0/16"}}]}]}), vec![(Egress, Addresses, true)])]
+    #[case::internet_with_a_narrower_selector_peer(json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "a"}}}, {"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}]}]}), vec![(Ingress, World, true)])]
+    #[case::every_namespace_by_name(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "Exists"}]}}]}]}), vec![(Ingress, Cluster, true)])]
+    #[case::every_namespace_but_some(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}}]}]}), vec![(Ingress, Cluster, true)])]
+    #[case::every_namespace_without_a_label(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [{"key": "opt-out", "operator": "DoesNotExist"}]}}]}]}), vec![(Ingress, Cluster, true)])]
+    #[case::every_pod_without_a_label(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}, "podSelector": {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["x"]}]}}]}]}), vec![(Ingress, Cluster, true)])]
+    #[case::namespaces_by_name(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}]}}]}]}), vec![(Ingress, Namespaces, true)])]
+    #[case::namespaces_with_a_label(json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Exists"}]}}]}]}), vec![(Ingress, Namespaces, true)])]
     fn rules_are_classified_by_how_far_they_open(
         #[case] spec: serde_json::Value,
         #[case] expected: Vec<(Direction, Width, bool)>,

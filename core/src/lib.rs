@@ -11,6 +11,7 @@ pub mod facts;
 pub mod holes;
 pub mod identity;
 pub mod plan;
+mod reach;
 pub mod selector;
 pub mod spec;
 pub mod wall;

@@ -24,12 +24,25 @@ const KEYS: [&str; 6] = [
     "team",
 ];
 const VALUES: [&str; 5] = ["namespace-baseline", "guarded", "open", "", "b0"];
-const USERS: [&str; 5] = [
+const USERS: [&str; 7] = [
     "system:serviceaccount:namespace-baseline:namespace-baseline-reconciler",
     "system:serviceaccount:kube-system:namespace-controller",
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:kube-controller-manager",
     "kubernetes-admin",
     "system:serviceaccount:namespace-baseline:default",
     "bob",
+];
+/// Fields of `metadata` beyond the labels: the guarded ones, the ones the API server sets,
+/// and one no version of Kubernetes has.
+const METADATA_FIELDS: [&str; 7] = [
+    "ownerReferences",
+    "finalizers",
+    "deletionTimestamp",
+    "annotations",
+    "generateName",
+    "resourceVersion",
+    "futureField",
 ];
 const OPERATIONS: [&str; 5] = ["CREATE", "UPDATE", "DELETE", "CONNECT", ""];
 const KINDS: [(&str, &str); 4] = [
@@ -54,6 +67,7 @@ enum Mutation {
     NullObject(Side),
     CopyObject(Side),
     SetSpecField(Side, String, Json),
+    SetMetadataField(Side, u8, Json),
     User(u8),
     Operation(u8),
     Kind(u8),
@@ -174,6 +188,15 @@ fn apply(payload: &mut Value, mutation: &Mutation) {
                     object["spec"] = json!({});
                 }
                 object["spec"][key] = value.value();
+            }
+        }
+        Mutation::SetMetadataField(s, field, value) => {
+            let object = side(request, s);
+            if object.is_object() {
+                if !object["metadata"].is_object() {
+                    object["metadata"] = json!({});
+                }
+                object["metadata"][pick(&METADATA_FIELDS, *field)] = value.value();
             }
         }
         Mutation::User(i) => request["userInfo"]["username"] = pick(&USERS, *i).into(),

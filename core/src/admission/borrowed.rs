@@ -3,6 +3,11 @@
 //! PolicySettings"), and they reach the requester (unreadable settings, an unreadable host
 //! answer), so they must read as they did when the public types were read.
 
+use std::collections::BTreeMap;
+
+use std::fmt;
+
+use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::HolesSetting;
@@ -69,24 +74,68 @@ pub struct ObjectView<'a> {
     pub spec: Json<'a>,
 }
 
-/// [`super::MetadataView`], borrowed.
-#[derive(Deserialize, Clone, Default)]
-#[serde(default)]
+/// [`super::MetadataView`], borrowed. Read by [`MetadataVisitor`] rather than derived: its
+/// `other` fields are what serde's `flatten` collects, without the buffering `flatten` adds
+/// to the wasm module.
+#[derive(Clone, Default)]
 pub struct MetadataView<'a> {
-    #[serde(borrow)]
     pub name: Text<'a>,
-    #[serde(borrow)]
     pub namespace: Text<'a>,
-    #[serde(borrow, deserialize_with = "null_as_empty")]
     pub labels: Labels<'a>,
+    /// Every other field of `metadata`, as JSON.
+    pub other: BTreeMap<Text<'a>, Json<'a>>,
 }
 
-/// `labels: null` is what some clients send for "no labels".
-fn null_as_empty<'de: 'a, 'a, D>(deserializer: D) -> Result<Labels<'a>, D::Error>
-where
-    D: Deserializer<'de>,
-{
-    Ok(Option::deserialize(deserializer)?.unwrap_or_default())
+impl<'de: 'a, 'a> Deserialize<'de> for MetadataView<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(MetadataVisitor)
+    }
+}
+
+/// Reads `metadata` as the derived reader of [`super::MetadataView`] does: `name`,
+/// `namespace` and `labels` (`null` labels are none, as some clients send "no labels"), each
+/// at most once, and every other field kept as JSON (the last of a repeated one winning).
+struct MetadataVisitor;
+
+impl<'de> Visitor<'de> for MetadataVisitor {
+    type Value = MetadataView<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("struct MetadataView")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<MetadataView<'de>, M::Error> {
+        let mut metadata = MetadataView::default();
+        let mut seen = [false; 3];
+        let mut first = |index: usize, field: &'static str| {
+            if std::mem::replace(&mut seen[index], true) {
+                Err(de::Error::duplicate_field(field))
+            } else {
+                Ok(())
+            }
+        };
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            match &*key {
+                "name" => {
+                    first(0, "name")?;
+                    metadata.name = map.next_value()?;
+                }
+                "namespace" => {
+                    first(1, "namespace")?;
+                    metadata.namespace = map.next_value()?;
+                }
+                "labels" => {
+                    first(2, "labels")?;
+                    metadata.labels = map.next_value::<Option<Labels<'de>>>()?.unwrap_or_default();
+                }
+                _ => {
+                    let value = map.next_value()?;
+                    metadata.other.insert(key, value);
+                }
+            }
+        }
+        Ok(metadata)
+    }
 }
 
 /// [`super::LiveBaseline`], borrowed from the host's answer.

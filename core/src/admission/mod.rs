@@ -22,7 +22,10 @@ use serde::Deserialize;
 pub use payload::{check_settings, evaluate, evaluate_in_host, read_request, settings_problem};
 pub use request::{AdmissionRequest, GroupVersionKind, MetadataView, ObjectView, UserInfo};
 pub use rules::{LiveBaselines, MAX_HOLES_LISTED};
-pub use settings::{CONTROL_PLANE_USERS, Gate, HolesSetting, PolicySettings, SettingsRef};
+pub use settings::{
+    ANONYMOUS_USER, CONTROL_PLANE_USERS, EVERYONE_GROUPS, Exemption, Gate, HolesSetting,
+    PolicySettings, SettingsRef,
+};
 pub use view::Text;
 
 use crate::selector::LabelSelector;
@@ -227,18 +230,19 @@ impl ReadNamespace for ObjectJson {
 
 /// The settings as the rules use them (from a [`Gate`] or read from a payload).
 pub(crate) struct Decider<'g> {
+    /// How far the requester is exempt from the rules.
+    pub exemption: Exemption,
     pub guards: Vec<GuardRef<'g>>,
     pub context_aware: bool,
     pub holes: HolesSetting,
 }
 
 /// Reviews one admission request. Requests this policy does not guard, or cannot read, are
-/// allowed: the policy stands only in front of the wall.
+/// allowed: the policy stands only in front of the wall; an exempt requester is allowed as
+/// far as its [`Exemption`] goes.
 pub fn review(request: &AdmissionRequest, gate: &Gate, source: &dyn BaselineSource) -> Verdict {
-    if gate.exempts(&request.user_info) {
-        return Verdict::Allow;
-    }
     let decider = Decider {
+        exemption: gate.exemption(&request.user_info),
         guards: gate.guards.iter().map(GuardRef::of).collect(),
         context_aware: gate.context_aware,
         holes: gate.holes,

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use super::json::Json as Value;
 use super::view::Text;
 use crate::holes::{Direction, Hole, PeerShape, hole};
+use crate::reach::{IpBlockShape, selects_unlabelled};
 
 type Map<'a> = BTreeMap<Text<'a>, Value<'a>>;
 
@@ -142,16 +143,30 @@ pub(crate) fn rule<'v, 'a>(
         .and_then(|rules| rules.get(index))
 }
 
-fn selects_everything(selector: Option<&Value<'_>>) -> bool {
-    selector.and_then(Value::as_object).is_none_or(|selector| {
-        ["matchLabels", "matchExpressions"].iter().all(|name| {
-            field(selector, name).is_none_or(|value| match value {
-                Value::Object(map) => map.is_empty(),
-                Value::Array(items) => items.is_empty(),
-                _ => false,
-            })
-        })
-    })
+/// Whether a label selector (absent: none) selects every namespace (or pod) anyone creates
+/// ([`selects_unlabelled`]), read from a spec that reads.
+fn selects_every(selector: Option<&Value<'_>>, namespaces: bool) -> bool {
+    let Some(selector) = selector.and_then(Value::as_object) else {
+        return true;
+    };
+    let has_match_labels = field(selector, "matchLabels")
+        .and_then(Value::as_object)
+        .is_some_and(|labels| !labels.is_empty());
+    let expressions = field(selector, "matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|requirement| {
+            let text = |name| {
+                requirement
+                    .as_object()
+                    .and_then(|requirement| field(requirement, name))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            };
+            (text("key"), text("operator"))
+        });
+    selects_unlabelled(has_match_labels, expressions, namespaces)
 }
 
 fn peer_shape<'v>(peer: &'v Value<'_>) -> PeerShape<'v> {
@@ -159,14 +174,20 @@ fn peer_shape<'v>(peer: &'v Value<'_>) -> PeerShape<'v> {
     let get = |name| peer.and_then(|peer| field(peer, name));
     PeerShape {
         ip_block: get("ipBlock").map(|block| {
-            block
-                .as_object()
-                .and_then(|block| field(block, "cidr"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
+            let block = block.as_object();
+            let get = |name| block.and_then(|block| field(block, name));
+            IpBlockShape {
+                cidr: get("cidr").and_then(Value::as_str).unwrap_or_default(),
+                except: get("except")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect(),
+            }
         }),
-        namespaces: get("namespaceSelector").map(|selector| selects_everything(Some(selector))),
-        pods_all: selects_everything(get("podSelector")),
+        namespaces: get("namespaceSelector").map(|selector| selects_every(Some(selector), true)),
+        pods_all: selects_every(get("podSelector"), false),
     }
 }
 
@@ -298,6 +319,16 @@ mod tests {
             json!({"namespaceSelector": {"matchExpressions": [null]}}),
             json!({"namespaceSelector": {"matchExpressions": [{"values": [null]}]}}),
             json!({"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "web"}}}),
+            json!({"ipBlock": {"cidr": "0.0.0.0/1"}}),
+            json!({"ipBlock": {"cidr": "128.0.0.0/1", "except": ["255.255.255.254/32"]}}),
+            json!({"ipBlock": {"cidr": "2000::/3"}}),
+            json!({"ipBlock": {"cidr": "0.0.0.0/0", "except": ["0.0.0.0/1", "128.0.0.0/2"]}}),
+            json!({"ipBlock": {"cidr": "0.0.0.0/1", "except": null}}),
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "Exists"}]}}),
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["a"]}]}}),
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "opt-out", "operator": "DoesNotExist"}]}}),
+            json!({"namespaceSelector": {}, "podSelector": {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["x"]}]}}),
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a"]}]}}),
             json!({"podSelector": {}}),
             json!({"podSelector": {"matchLabels": {"app": "web"}}, "unknown": [1, {"x": null}]}),
             json!(null),
@@ -330,6 +361,9 @@ mod tests {
         for port in &ports {
             rules.push(json!({"ports": [port]}));
         }
+        // Peers judged together: ipBlocks whose addresses add up to the internet.
+        rules.push(json!({"from": [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}]}));
+        rules.push(json!({"from": [{"ipBlock": {"cidr": "0.0.0.0/1", "except": ["1.0.0.0/8"]}}, {"podSelector": {}}, {"ipBlock": {"cidr": "128.0.0.0/2"}}]}));
         let mut specs = vec![
             json!({}),
             json!({"podSelector": {}}),

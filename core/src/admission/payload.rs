@@ -91,10 +91,8 @@ fn evaluate_with(payload: &[u8], cluster: &impl Cluster) -> Result<Verdict, Stri
         return Ok(Verdict::Allow);
     };
     let settings = &payload.settings;
-    if settings.exempts(&request.user_info.username, &request.user_info.groups) {
-        return Ok(Verdict::Allow);
-    }
     let decider = Decider {
+        exemption: settings.exemption(&request.user_info.username, &request.user_info.groups),
         guards: settings.guards(),
         context_aware: settings.context_aware,
         holes: settings.holes(),

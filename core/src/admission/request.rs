@@ -57,6 +57,11 @@ pub struct MetadataView {
     pub namespace: String,
     #[serde(deserialize_with = "null_as_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Every other field of `metadata` (annotations, ownerReferences, finalizers, the
+    /// fields the API server sets, and any field newer than our types), as JSON: a managed
+    /// policy's metadata is guarded field by field, unknown fields included.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// `labels: null` is what some clients send for "no labels".

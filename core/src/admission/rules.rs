@@ -4,7 +4,9 @@
 use super::json::Json;
 use super::netpol::{self, SPEC};
 use super::view::{GuardRef, Labels, LiveBaselineRef, ObjectRef, RequestRef, claims_management};
-use super::{Cluster, Decider, HolesSetting, LiveBaseline, ReadBaselines, ReadNamespace, Verdict};
+use super::{
+    Cluster, Decider, Exemption, HolesSetting, LiveBaseline, ReadBaselines, ReadNamespace, Verdict,
+};
 use crate::holes::{Direction, Hole, Width};
 use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, baseline_label_value};
 
@@ -17,8 +19,48 @@ type Live<A> = Result<Option<A>, String>;
 
 const HOW_TO_LEAVE: &str = "to take a namespace out of the baseline, change the NamespaceBaseline's namespaceLabel; to remove the wall everywhere, delete the NamespaceBaseline with deletionPolicy: Delete";
 
-/// Reviews a request whose requester the settings do not exempt.
+/// Reviews a request, as far as the requester's exemption leaves it to the rules.
 pub(crate) fn review(
+    request: &RequestRef<'_>,
+    decider: &Decider<'_>,
+    cluster: &impl Cluster,
+) -> Verdict {
+    let deletes = *request.operation == *"DELETE";
+    match decider.exemption {
+        Exemption::Everything => return Verdict::Allow,
+        Exemption::Deletes if deletes => return Verdict::Allow,
+        _ => {}
+    }
+    let verdict = review_rules(request, decider, cluster);
+    // The namespace controller's DELETE is read against its namespace only when a rule
+    // refused it (most of what it deletes is no managed policy): allowed while the
+    // namespace is being deleted, refused as anyone's otherwise.
+    if decider.exemption == Exemption::DeletesInTerminatingNamespace
+        && deletes
+        && !verdict.is_allowed()
+        && is_terminating(&request.namespace, cluster)
+    {
+        return Verdict::Allow;
+    }
+    verdict
+}
+
+/// Whether the namespace `name` is being deleted (it has a `deletionTimestamp`). One that
+/// cannot be read is not known to be.
+fn is_terminating(name: &str, cluster: &impl Cluster) -> bool {
+    cluster.namespace(name).is_ok_and(|answer| {
+        answer.read().is_ok_and(|namespace| {
+            namespace
+                .metadata
+                .other
+                .get("deletionTimestamp")
+                .is_some_and(|stamp| !stamp.is_null())
+        })
+    })
+}
+
+/// Reviews a request under the rules alone.
+fn review_rules(
     request: &RequestRef<'_>,
     decider: &Decider<'_>,
     cluster: &impl Cluster,
@@ -104,8 +146,38 @@ fn review_policy_create(new: &ObjectRef<'_>) -> Verdict {
     ))
 }
 
-/// UPDATE: a managed policy keeps its spec and its managed labels; annotations and other
-/// labels may change. An unmanaged policy may not start claiming to be managed.
+/// The fields of `metadata` the API server sets itself on every write (or keeps from the
+/// stored object whatever the request says): they differ between a request and the stored
+/// object without anyone having changed them.
+const SERVER_SET_METADATA: [&str; 8] = [
+    "resourceVersion",
+    "managedFields",
+    "generation",
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+];
+
+/// Why a field of a managed policy's metadata may not change, for the fields where it is
+/// not obvious.
+fn why_guarded(field: &str) -> &'static str {
+    match field {
+        "ownerReferences" => {
+            " (an owner reference would let the garbage collector delete the wall)"
+        }
+        "finalizers" => {
+            " (a finalizer would hold up the wall's removal and its namespace's deletion; finalizers may only be removed once the policy is being deleted)"
+        }
+        _ => "",
+    }
+}
+
+/// UPDATE: a managed policy keeps its spec, its managed labels and every field of its
+/// metadata but its other labels and its annotations (the fields the API server sets aside,
+/// and finalizers being removed from a policy that is being deleted). An unmanaged policy
+/// may not start claiming to be managed.
 fn review_policy_update(old: &ObjectRef<'_>, new: &ObjectRef<'_>) -> Verdict {
     if !claims_management(&old.metadata.labels) {
         return review_policy_create(new);
@@ -118,17 +190,89 @@ fn review_policy_update(old: &ObjectRef<'_>, new: &ObjectRef<'_>) -> Verdict {
             baseline_of(old)
         ));
     }
+    let edit_instead = format!(
+        "Only annotations and labels other than {MANAGED_BY_LABEL} and {BASELINE_LABEL} may be edited"
+    );
     for label in [MANAGED_BY_LABEL, BASELINE_LABEL] {
         let before = old.metadata.labels.get(label);
-        if before.is_some() && new.metadata.labels.get(label) != before {
+        if new.metadata.labels.get(label) != before {
             return Verdict::Deny(format!(
-                "{} is part of the network wall of NamespaceBaseline {:?}; its label {label} cannot be removed or changed. Only annotations and other labels may be edited",
+                "{} is part of the network wall of NamespaceBaseline {:?}; its label {label} cannot be {}. {edit_instead}",
                 policy_ref(old),
-                baseline_of(old)
+                baseline_of(old),
+                if before.is_some() {
+                    "removed or changed"
+                } else {
+                    "added"
+                }
             ));
         }
     }
-    Verdict::Allow
+    let (before, after) = (&old.metadata.other, &new.metadata.other);
+    let changed = before
+        .keys()
+        .chain(after.keys())
+        .map(|field| &**field)
+        .filter(|field| *field != "annotations" && !SERVER_SET_METADATA.contains(field))
+        .find(|field| {
+            let (before, after) = (before.get(*field), after.get(*field));
+            !(metadata_eq(before, after)
+                || (*field == "finalizers" && finalizers_removed_in_deletion(old, before, after)))
+        });
+    match changed {
+        Some(field) => Verdict::Deny(format!(
+            "{} is part of the network wall of NamespaceBaseline {:?}; its metadata.{field} cannot be changed{}. {edit_instead}",
+            policy_ref(old),
+            baseline_of(old),
+            why_guarded(field)
+        )),
+        None => Verdict::Allow,
+    }
+}
+
+/// Whether two values of a metadata field are the same, an absent field, `null` and an
+/// empty list or map being the same nothing (as the API server stores them).
+fn metadata_eq(a: Option<&Json<'_>>, b: Option<&Json<'_>>) -> bool {
+    let nothing = |value: Option<&Json<'_>>| {
+        value.is_none_or(|value| match value {
+            Json::Null => true,
+            Json::Array(items) => items.is_empty(),
+            Json::Object(map) => map.is_empty(),
+            _ => false,
+        })
+    };
+    match (a, b) {
+        (Some(a), Some(b)) => netpol::canonical_eq(a, b) || (nothing(Some(a)) && nothing(Some(b))),
+        (a, b) => nothing(a) && nothing(b),
+    }
+}
+
+/// Whether `after` only takes finalizers away from `before`, on a policy that is being
+/// deleted (its deletion waits for them: the garbage collector's `foregroundDeletion`).
+fn finalizers_removed_in_deletion(
+    old: &ObjectRef<'_>,
+    before: Option<&Json<'_>>,
+    after: Option<&Json<'_>>,
+) -> bool {
+    let deleting = old
+        .metadata
+        .other
+        .get("deletionTimestamp")
+        .is_some_and(|stamp| !stamp.is_null());
+    let names = |value: Option<&Json<'_>>| -> Option<Vec<String>> {
+        match value {
+            None | Some(Json::Null) => Some(Vec::new()),
+            Some(Json::Array(items)) => items
+                .iter()
+                .map(|item| item.as_str().map(str::to_owned))
+                .collect(),
+            Some(_) => None,
+        }
+    };
+    deleting
+        && names(before)
+            .zip(names(after))
+            .is_some_and(|(before, after)| after.iter().all(|name| before.contains(name)))
 }
 
 /// The longest baseline name that is its own [`BASELINE_LABEL`] value (a label value's
@@ -354,10 +498,10 @@ fn walled_by(guard: &GuardRef<'_>) -> String {
 ///
 /// `namespace` is read (a host call) only when there is a breach to report, and the live
 /// baselines only when no settings guard walls it. When the namespace (or the live
-/// baselines) cannot be read, the request is accepted with a warning that says so, whatever
-/// the setting: a hole is not the wall itself, the reconciler reports it anyway, and failing
-/// closed would refuse such policies in every namespace, walled or not, while the API server
-/// is unreachable.
+/// baselines) cannot be read, `Deny` means deny: the request is refused with a message that
+/// says which read failed and which permission of the policy-server's ServiceAccount it
+/// needs; `Warn` accepts it with a warning that says the same (a hole is not the wall
+/// itself, and the reconciler reports it anyway).
 fn review_policy_holes<N: ReadNamespace, A: ReadBaselines>(
     new: &NetworkPolicy<'_>,
     old: Option<&NetworkPolicy<'_>>,
@@ -374,26 +518,31 @@ fn review_policy_holes<N: ReadNamespace, A: ReadBaselines>(
     let Some(first) = opened.first() else {
         return Verdict::Allow;
     };
-    let unchecked = |error: &str| {
-        let more = opened.len() - 1;
-        Verdict::Warn(vec![format!(
-            "could not check whether namespace {namespace:?} is walled ({error}); if it is, {first}{}",
-            match more {
-                0 => String::new(),
-                more => format!(" (and {})", more_breaches(more)),
-            }
-        )])
+    let unchecked = |read: Read, error: &str| {
+        let more = match opened.len() - 1 {
+            0 => String::new(),
+            more => format!(" (and {})", more_breaches(more)),
+        };
+        let needs = read.permission();
+        match setting {
+            HolesSetting::Deny => Verdict::Deny(format!(
+                "could not check whether namespace {namespace:?} is walled ({error}), and holes: Deny refuses a World or Cluster hole it cannot check: {first}{more}. The policy-server's ServiceAccount needs {needs} (deploy/policy-server-rbac.yaml); retry once it can read them, or ask the platform team"
+            )),
+            HolesSetting::Warn | HolesSetting::Ignore => Verdict::Warn(vec![format!(
+                "could not check whether namespace {namespace:?} is walled ({error}); if it is, {first}{more}. The policy-server's ServiceAccount needs {needs}"
+            )]),
+        }
     };
     let walled = |guard: &GuardRef<'_>| holes_verdict(new, &opened, setting, namespace, guard);
     // The guard that walls the namespace: the settings' guards first; then, when the policy
     // is context-aware, the live baselines' (read only if no settings guard matched).
     let answer = match read_namespace() {
         Ok(answer) => answer,
-        Err(error) => return unchecked(&error),
+        Err(error) => return unchecked(Read::Namespace, &error),
     };
     let view = match answer.read() {
         Ok(view) => view,
-        Err(error) => return unchecked(&error),
+        Err(error) => return unchecked(Read::Namespace, &error),
     };
     let labels = &view.metadata.labels;
     if let Some(guard) = guards.iter().find(|guard| guard.matches(labels)) {
@@ -402,12 +551,29 @@ fn review_policy_holes<N: ReadNamespace, A: ReadBaselines>(
     let answer = match live() {
         Ok(Some(answer)) => answer,
         Ok(None) => return Verdict::Allow,
-        Err(error) => return unchecked(&error),
+        Err(error) => return unchecked(Read::Baselines, &error),
     };
     match answer.read() {
         Ok(baselines) => first_guard(&baselines, labels, |guard| guard.matches(labels))
             .map_or(Verdict::Allow, |guard| walled(&guard)),
-        Err(error) => unchecked(&error),
+        Err(error) => unchecked(Read::Baselines, &error),
+    }
+}
+
+/// A read of the holes check through the policy-server's host capabilities.
+#[derive(Clone, Copy)]
+enum Read {
+    Namespace,
+    Baselines,
+}
+
+impl Read {
+    /// The RBAC permission of the policy-server's ServiceAccount the read needs.
+    fn permission(self) -> &'static str {
+        match self {
+            Self::Namespace => "get on namespaces",
+            Self::Baselines => "list and watch on namespacebaselines.hedronite.io",
+        }
     }
 }
 

@@ -102,14 +102,68 @@ impl HolesSetting {
     }
 }
 
-/// Identities that must never be blocked: the namespace controller emptying a terminating
-/// namespace and the garbage collector (per-controller credentials, or the controller
-/// manager's own). Blocking them leaves namespaces stuck in Terminating.
-pub const CONTROL_PLANE_USERS: [&str; 3] = [
-    "system:serviceaccount:kube-system:namespace-controller",
-    "system:serviceaccount:kube-system:generic-garbage-collector",
-    "system:kube-controller-manager",
+/// The control plane's own controllers, which the policy must not block from what they need
+/// (blocking them leaves namespaces stuck in Terminating), and only from that: each is
+/// exempt for DELETE alone ([`Exemption`]), since any other write of theirs could be turned
+/// into a way around the guard (an `ownerReferences` entry on a managed policy, say, which the
+/// garbage collector would then act on).
+///
+/// - the namespace controller deletes what a terminating namespace holds: DELETE in a
+///   namespace that is being deleted (read through the host: [`Exemption::DeletesInTerminatingNamespace`]);
+/// - the garbage collector deletes objects whose owners are gone: DELETE;
+/// - `system:kube-controller-manager` is every controller at once when the controller
+///   manager runs without per-controller credentials (`--use-service-account-credentials=false`):
+///   the union of the two, DELETE.
+pub const CONTROL_PLANE_USERS: [(&str, Exemption); 3] = [
+    (
+        "system:serviceaccount:kube-system:namespace-controller",
+        Exemption::DeletesInTerminatingNamespace,
+    ),
+    (
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+        Exemption::Deletes,
+    ),
+    ("system:kube-controller-manager", Exemption::Deletes),
 ];
+
+/// Groups every requester (or every requester of a kind) belongs to: exempting one would
+/// turn the guard off for everybody, so the settings refuse them.
+pub const EVERYONE_GROUPS: [(&str, &str); 3] = [
+    ("system:authenticated", "every authenticated user"),
+    ("system:unauthenticated", "every anonymous request"),
+    (
+        "system:serviceaccounts",
+        "every ServiceAccount of every namespace",
+    ),
+];
+
+/// The user every anonymous request carries: exempting it exempts everyone who can reach
+/// the API server without credentials.
+pub const ANONYMOUS_USER: &str = "system:anonymous";
+
+/// How far the settings exempt a requester from the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exemption {
+    /// Not exempt: every rule applies.
+    None,
+    /// Every request is allowed: the reconciler and the break-glass identities.
+    Everything,
+    /// DELETE is allowed; every other request goes through the rules.
+    Deletes,
+    /// DELETE is allowed in a namespace that is being deleted; every other request goes
+    /// through the rules.
+    DeletesInTerminatingNamespace,
+}
+
+impl Exemption {
+    /// The exemption of a control-plane controller named `username`, if it is one.
+    fn of_control_plane(username: &str) -> Option<Self> {
+        CONTROL_PLANE_USERS
+            .iter()
+            .find(|(user, _)| *user == username)
+            .map(|(_, exemption)| *exemption)
+    }
+}
 
 impl PolicySettings {
     /// Checks everything a request will rely on, with a message a person can act on.
@@ -138,11 +192,7 @@ impl PolicySettings {
     /// The settings in the form the rules use. Invalid entries (which `validate` refuses
     /// before the policy is ever loaded) are left out rather than guessed at.
     pub fn gate(&self) -> Gate {
-        let mut exempt_users: HashSet<String> = CONTROL_PLANE_USERS
-            .iter()
-            .map(|u| (*u).to_owned())
-            .collect();
-        exempt_users.insert(self.reconciler_username.clone());
+        let mut exempt_users: HashSet<String> = HashSet::from([self.reconciler_username.clone()]);
         exempt_users.extend(self.exempt_users.iter().cloned());
         exempt_users.extend(
             self.exempt_service_accounts
@@ -207,6 +257,21 @@ impl SettingsRef<'_> {
                 }
             }
         }
+        for (index, group) in self.exempt_groups.iter().enumerate() {
+            if let Some((_, who)) = EVERYONE_GROUPS.iter().find(|(name, _)| **group == **name) {
+                problems.push(format!(
+                    "exemptGroups[{index}] {:?} is {who}: exempting it would turn the guard off for all of them; name a break-glass group of your own",
+                    &**group
+                ));
+            }
+        }
+        for (index, user) in self.exempt_users.iter().enumerate() {
+            if **user == *ANONYMOUS_USER {
+                problems.push(format!(
+                    "exemptUsers[{index}] {ANONYMOUS_USER:?} is every anonymous request: exempting it would turn the guard off for anyone without credentials; name a break-glass user of your own"
+                ));
+            }
+        }
         for (index, account) in self.exempt_service_accounts.iter().enumerate() {
             if let Err(reason) = parse_service_account(account) {
                 problems.push(format!(
@@ -239,11 +304,11 @@ impl SettingsRef<'_> {
         }
     }
 
-    /// Whether this requester is always allowed, as [`Gate::exempts`] decides it, without
-    /// building the gate's sets: the reconciler, the control plane, break-glass identities.
-    pub(crate) fn exempts(&self, username: &str, groups: &[Text<'_>]) -> bool {
-        CONTROL_PLANE_USERS.contains(&username)
-            || *self.reconciler_username == *username
+    /// How far this requester is exempt, as [`Gate::exemption`] decides it, without building
+    /// the gate's sets: the reconciler and break-glass identities from everything, the
+    /// control plane's controllers from what they need ([`CONTROL_PLANE_USERS`]).
+    pub(crate) fn exemption(&self, username: &str, groups: &[Text<'_>]) -> Exemption {
+        let everything = *self.reconciler_username == *username
             || self.exempt_users.iter().any(|user| **user == *username)
             || username
                 .strip_prefix(SERVICE_ACCOUNT_PREFIX)
@@ -254,7 +319,12 @@ impl SettingsRef<'_> {
                 })
             || groups
                 .iter()
-                .any(|group| self.exempt_groups.iter().any(|exempt| exempt == group))
+                .any(|group| self.exempt_groups.iter().any(|exempt| exempt == group));
+        if everything {
+            Exemption::Everything
+        } else {
+            Exemption::of_control_plane(username).unwrap_or(Exemption::None)
+        }
     }
 
     /// The guards of `guardSelectors` (those that parse; `validate` refuses the others).
@@ -297,13 +367,20 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// Whether this requester is always allowed (reconciler, control plane, break-glass).
-    pub fn exempts(&self, user: &super::UserInfo) -> bool {
-        self.exempt_users.contains(&user.username)
+    /// How far this requester is exempt: the reconciler and break-glass identities from
+    /// everything, the control plane's controllers from what they need
+    /// ([`CONTROL_PLANE_USERS`]).
+    pub fn exemption(&self, user: &super::UserInfo) -> Exemption {
+        let everything = self.exempt_users.contains(&user.username)
             || user
                 .groups
                 .iter()
-                .any(|group| self.exempt_groups.contains(group))
+                .any(|group| self.exempt_groups.contains(group));
+        if everything {
+            Exemption::Everything
+        } else {
+            Exemption::of_control_plane(&user.username).unwrap_or(Exemption::None)
+        }
     }
 }
 
@@ -356,6 +433,10 @@ mod tests {
     #[case::holes_lowercase(json!({"contextAware": true, "holes": "deny"}), "holes \"deny\" is not a choice: write Warn (accept with a warning), Deny or Ignore (did you mean Deny?)")]
     #[case::holes_unknown(json!({"contextAware": true, "holes": "Block"}), "holes \"Block\" is not a choice: write Warn (accept with a warning), Deny or Ignore")]
     #[case::holes_empty(json!({"contextAware": true, "holes": ""}), "holes \"\" is not a choice")]
+    #[case::everyone_authenticated(json!({"contextAware": true, "exemptGroups": ["breakglass", "system:authenticated"]}), "exemptGroups[1] \"system:authenticated\" is every authenticated user: exempting it would turn the guard off for all of them")]
+    #[case::everyone_anonymous(json!({"contextAware": true, "exemptGroups": ["system:unauthenticated"]}), "exemptGroups[0] \"system:unauthenticated\" is every anonymous request")]
+    #[case::every_service_account(json!({"contextAware": true, "exemptGroups": ["system:serviceaccounts"]}), "exemptGroups[0] \"system:serviceaccounts\" is every ServiceAccount of every namespace")]
+    #[case::anonymous_user(json!({"contextAware": true, "exemptUsers": ["system:anonymous"]}), "exemptUsers[0] \"system:anonymous\" is every anonymous request")]
     fn invalid_settings_say_what_to_fix(#[case] value: serde_json::Value, #[case] message: &str) {
         let error = settings(value).unwrap().validate().unwrap_err();
         assert!(error.contains(message), "{error}");
@@ -384,17 +465,18 @@ mod tests {
     }
 
     #[rstest]
-    #[case("system:serviceaccount:namespace-baseline:namespace-baseline-reconciler", &[], true)]
-    #[case("system:serviceaccount:kube-system:namespace-controller", &[], true)]
-    #[case("system:serviceaccount:kube-system:generic-garbage-collector", &[], true)]
-    #[case("system:kube-controller-manager", &[], true)]
-    #[case("alice", &[], true)]
-    #[case("bob", &["breakglass"], true)]
-    #[case("system:serviceaccount:ops:rescue", &[], true)]
-    #[case("bob", &["system:masters"], false)]
-    #[case("system:serviceaccount:namespace-baseline:default", &[], false)]
-    #[case("system:serviceaccount:ops:other", &[], false)]
-    fn exemptions(#[case] username: &str, #[case] groups: &[&str], #[case] exempt: bool) {
+    #[case("system:serviceaccount:namespace-baseline:namespace-baseline-reconciler", &[], Exemption::Everything)]
+    #[case("system:serviceaccount:kube-system:namespace-controller", &[], Exemption::DeletesInTerminatingNamespace)]
+    #[case("system:serviceaccount:kube-system:generic-garbage-collector", &[], Exemption::Deletes)]
+    #[case("system:kube-controller-manager", &[], Exemption::Deletes)]
+    #[case("alice", &[], Exemption::Everything)]
+    #[case("bob", &["breakglass"], Exemption::Everything)]
+    #[case("system:serviceaccount:ops:rescue", &[], Exemption::Everything)]
+    #[case("bob", &["system:masters"], Exemption::None)]
+    #[case("system:serviceaccount:namespace-baseline:default", &[], Exemption::None)]
+    #[case("system:serviceaccount:ops:other", &[], Exemption::None)]
+    #[case("system:serviceaccount:kube-system:generic-garbage-collector-x", &[], Exemption::None)]
+    fn exemptions(#[case] username: &str, #[case] groups: &[&str], #[case] exempt: Exemption) {
         let gate = settings(json!({
             "guardSelectors": ["baseline=guarded"],
             "exemptUsers": ["alice"],
@@ -407,6 +489,15 @@ mod tests {
             username: username.into(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
         };
-        assert_eq!(gate.exempts(&user), exempt);
+        assert_eq!(gate.exemption(&user), exempt);
+        let borrowed: Vec<Text<'_>> = groups.iter().map(|group| Text::from(*group)).collect();
+        let settings = settings(json!({
+            "guardSelectors": ["baseline=guarded"],
+            "exemptUsers": ["alice"],
+            "exemptGroups": ["breakglass"],
+            "exemptServiceAccounts": ["ops:rescue"],
+        }))
+        .unwrap();
+        assert_eq!(settings.borrowed().exemption(username, &borrowed), exempt);
     }
 }

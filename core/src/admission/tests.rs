@@ -234,7 +234,6 @@ fn deleting_managed_policies_with_live_baselines(
 
 #[rstest]
 #[case::reconciler(RECONCILER, &[], true)]
-#[case::namespace_controller("system:serviceaccount:kube-system:namespace-controller", &[], true)]
 #[case::garbage_collector("system:serviceaccount:kube-system:generic-garbage-collector", &[], true)]
 #[case::controller_manager("system:kube-controller-manager", &[], true)]
 #[case::break_glass_user("breakglass-admin", &[], true)]
@@ -477,7 +476,6 @@ fn holes_elsewhere_are_not_the_policys_concern(#[case] setting: &str) {
 #[rstest]
 #[case::reconciler(RECONCILER)]
 #[case::break_glass("breakglass-admin")]
-#[case::namespace_controller("system:serviceaccount:kube-system:namespace-controller")]
 fn exempt_identities_open_holes_unasked(#[case] user: &str) {
     let request = holes_request(
         "CREATE",
@@ -538,9 +536,16 @@ fn context_aware_walls_come_from_the_live_baselines(
 }
 
 #[rstest]
-#[case::warn("Warn")]
-#[case::deny("Deny")]
-fn an_unreadable_namespace_is_accepted_with_a_warning(#[case] setting: &str) {
+#[case::warn("Warn", Verdict::Warn(vec![
+    "could not check whether namespace \"team-a\" is walled (namespaces \"team-a\" is forbidden); if it is, NetworkPolicy web ingress rule 0 opens every port to the whole internet (and 1 more World or Cluster hole). The policy-server's ServiceAccount needs get on namespaces".to_owned()
+]))]
+#[case::deny("Deny", Verdict::Deny(
+    "could not check whether namespace \"team-a\" is walled (namespaces \"team-a\" is forbidden), and holes: Deny refuses a World or Cluster hole it cannot check: NetworkPolicy web ingress rule 0 opens every port to the whole internet (and 1 more World or Cluster hole). The policy-server's ServiceAccount needs get on namespaces (deploy/policy-server-rbac.yaml); retry once it can read them, or ask the platform team".to_owned()
+))]
+fn an_unreadable_namespace_warns_under_warn_and_refuses_under_deny(
+    #[case] setting: &str,
+    #[case] expected: Verdict,
+) {
     let cluster = Walls::unreadable("namespaces \"team-a\" is forbidden");
     let request = holes_request(
         "CREATE",
@@ -550,13 +555,32 @@ fn an_unreadable_namespace_is_accepted_with_a_warning(#[case] setting: &str) {
         ),
         Value::Null,
     );
-    assert_eq!(
-        review(&request, &holes_gate(setting), &cluster),
-        Verdict::Warn(vec![
-            "could not check whether namespace \"team-a\" is walled (namespaces \"team-a\" is forbidden); if it is, NetworkPolicy web ingress rule 0 opens every port to the whole internet (and 1 more World or Cluster hole)".to_owned()
-        ])
-    );
+    assert_eq!(review(&request, &holes_gate(setting), &cluster), expected);
     assert_eq!(cluster.reads(), (1, 0));
+}
+
+#[test]
+fn unreadable_baselines_under_deny_name_the_list_permission() {
+    let cluster = Walls::unwalled().with_baselines(Cluster(Err(
+        "namespacebaselines.hedronite.io is forbidden".to_owned(),
+    )));
+    let request = holes_request(
+        "CREATE",
+        "bob",
+        team_policy(ingress_from_anywhere()),
+        Value::Null,
+    );
+    let gate = PolicySettings {
+        context_aware: true,
+        holes: "Deny".into(),
+        ..PolicySettings::default()
+    }
+    .gate();
+    assert_verdict(
+        review(&request, &gate, &cluster),
+        false,
+        "needs list and watch on namespacebaselines.hedronite.io",
+    );
 }
 
 #[rstest]
@@ -696,4 +720,173 @@ fn dry_run_opens_holes_the_same_way() {
         real
     );
     assert!(!real.warnings().is_empty());
+}
+
+/// A managed policy with `metadata` fields beyond its name, namespace and labels.
+fn managed_with(metadata: Value) -> Value {
+    let mut policy = managed();
+    for (field, value) in metadata.as_object().unwrap() {
+        policy["metadata"][field] = value.clone();
+    }
+    policy
+}
+
+const OWNER: fn() -> Value = || json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "mine", "uid": "6f1c8f8e-0000-4000-8000-000000000001"}]);
+
+#[rstest]
+#[case::owner_reference_added(managed_with(json!({"ownerReferences": OWNER()})), managed(), false, "its metadata.ownerReferences cannot be changed (an owner reference would let the garbage collector delete the wall)")]
+#[case::owner_reference_removed(managed(), managed_with(json!({"ownerReferences": OWNER()})), false, "its metadata.ownerReferences cannot be changed")]
+#[case::finalizer_added(managed_with(json!({"finalizers": ["example.com/hold"]})), managed(), false, "its metadata.finalizers cannot be changed (a finalizer would hold up")]
+#[case::finalizer_removed_while_live(managed(), managed_with(json!({"finalizers": ["example.com/hold"]})), false, "its metadata.finalizers cannot be changed")]
+#[case::finalizer_removed_in_deletion(
+    managed_with(json!({"deletionTimestamp": "2026-12-04T10:00:00Z"})),
+    managed_with(json!({"finalizers": ["foregroundDeletion"], "deletionTimestamp": "2026-12-04T10:00:00Z"})),
+    true, ""
+)]
+#[case::finalizer_swapped_in_deletion(
+    managed_with(json!({"finalizers": ["example.com/other"], "deletionTimestamp": "2026-12-04T10:00:00Z"})),
+    managed_with(json!({"finalizers": ["foregroundDeletion"], "deletionTimestamp": "2026-12-04T10:00:00Z"})),
+    false, "its metadata.finalizers cannot be changed"
+)]
+#[case::generate_name_set(managed_with(json!({"generateName": "nsb-"})), managed(), false, "its metadata.generateName cannot be changed.")]
+#[case::a_field_newer_than_our_types(managed_with(json!({"futureField": {"a": 1}})), managed(), false, "its metadata.futureField cannot be changed")]
+#[case::managed_label_added(
+    policy(json!({MANAGED_BY_LABEL: "namespace-baseline", BASELINE_LABEL: "guarded", "team": "a", "x": "y"}), deny_all_spec()),
+    policy(json!({MANAGED_BY_LABEL: "namespace-baseline", "team": "a"}), deny_all_spec()),
+    false, "its label hedronite.io/baseline cannot be added"
+)]
+#[case::server_set_fields_differ(
+    managed_with(json!({"resourceVersion": "2", "generation": 1, "managedFields": [{"manager": "kubectl"}], "uid": "a", "creationTimestamp": "2026-12-04T10:00:00Z"})),
+    managed_with(json!({"resourceVersion": "1", "managedFields": [{"manager": "namespace-baseline"}], "uid": "a"})),
+    true, ""
+)]
+#[case::annotations_and_labels(
+    managed_with(json!({"annotations": {"note": "x"}, "labels": {MANAGED_BY_LABEL: "namespace-baseline", BASELINE_LABEL: "guarded", "team": "b"}})),
+    managed(),
+    true, ""
+)]
+#[case::empty_lists_are_nothing(managed_with(json!({"finalizers": [], "ownerReferences": null})), managed(), true, "")]
+fn a_managed_policys_metadata_is_guarded_field_by_field(
+    #[case] new: Value,
+    #[case] old: Value,
+    #[case] allowed: bool,
+    #[case] message: &str,
+) {
+    let request = request("NetworkPolicy", "UPDATE", "bob", new, old);
+    let verdict = review(&request, &settings_gate(), &Unreachable);
+    assert_verdict(verdict.clone(), allowed, message);
+    if !allowed {
+        assert_verdict(
+            verdict,
+            false,
+            "Only annotations and labels other than app.kubernetes.io/managed-by and hedronite.io/baseline may be edited",
+        );
+    }
+}
+
+/// The namespace `team-a`, terminating or not, as the host answers it.
+struct TeamA {
+    terminating: bool,
+    reads: std::cell::Cell<usize>,
+}
+
+impl TeamA {
+    fn new(terminating: bool) -> Self {
+        Self {
+            terminating,
+            reads: std::cell::Cell::new(0),
+        }
+    }
+}
+
+impl BaselineSource for TeamA {
+    fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
+        panic!("the live baselines were read although contextAware is off")
+    }
+
+    fn namespace(&self, name: &str) -> Result<ObjectView, String> {
+        self.reads.set(self.reads.get() + 1);
+        assert_eq!(name, "team-a", "the request's namespace is the one read");
+        let mut namespace =
+            json!({"metadata": {"name": "team-a", "labels": {"baseline": "guarded"}}});
+        if self.terminating {
+            namespace["metadata"]["deletionTimestamp"] = json!("2026-12-04T10:00:00Z");
+        }
+        Ok(serde_json::from_value(namespace).unwrap())
+    }
+}
+
+const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
+const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+const CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
+
+#[rstest]
+#[case::namespace_controller_in_a_terminating_namespace(
+    NAMESPACE_CONTROLLER,
+    "DELETE",
+    true,
+    true,
+    1
+)]
+#[case::namespace_controller_in_a_live_namespace(NAMESPACE_CONTROLLER, "DELETE", false, false, 1)]
+#[case::namespace_controller_updating(NAMESPACE_CONTROLLER, "UPDATE", true, false, 0)]
+#[case::namespace_controller_creating(NAMESPACE_CONTROLLER, "CREATE", true, false, 0)]
+#[case::garbage_collector_deleting(GARBAGE_COLLECTOR, "DELETE", false, true, 0)]
+#[case::garbage_collector_updating(GARBAGE_COLLECTOR, "UPDATE", false, false, 0)]
+#[case::garbage_collector_creating(GARBAGE_COLLECTOR, "CREATE", false, false, 0)]
+#[case::controller_manager_deleting(CONTROLLER_MANAGER, "DELETE", false, true, 0)]
+#[case::controller_manager_updating(CONTROLLER_MANAGER, "UPDATE", false, false, 0)]
+fn the_control_plane_is_exempt_only_for_the_deletes_it_needs(
+    #[case] user: &str,
+    #[case] operation: &str,
+    #[case] terminating: bool,
+    #[case] allowed: bool,
+    #[case] namespace_reads: usize,
+) {
+    let owned = managed_with(json!({"ownerReferences": OWNER()}));
+    let (new, old) = match operation {
+        "DELETE" => (Value::Null, managed()),
+        "UPDATE" => (owned, managed()),
+        _ => (managed(), Value::Null),
+    };
+    let mut request = request("NetworkPolicy", operation, user, new, old);
+    request.namespace = "team-a".into();
+    let cluster = TeamA::new(terminating);
+    assert_eq!(
+        review(&request, &settings_gate(), &cluster).is_allowed(),
+        allowed
+    );
+    assert_eq!(cluster.reads.get(), namespace_reads);
+}
+
+#[test]
+fn the_namespace_controller_deletes_unmanaged_policies_without_a_read() {
+    let mut request = request(
+        "NetworkPolicy",
+        "DELETE",
+        NAMESPACE_CONTROLLER,
+        Value::Null,
+        policy(json!({"app": "web"}), deny_all_spec()),
+    );
+    request.namespace = "team-a".into();
+    let cluster = TeamA::new(false);
+    assert_eq!(review(&request, &settings_gate(), &cluster), Verdict::Allow);
+    assert_eq!(cluster.reads.get(), 0);
+}
+
+#[rstest]
+#[case::reconciler(RECONCILER, true)]
+#[case::break_glass("breakglass-admin", true)]
+#[case::garbage_collector(GARBAGE_COLLECTOR, false)]
+#[case::namespace_controller(NAMESPACE_CONTROLLER, false)]
+#[case::a_tenant("bob", false)]
+fn only_the_reconciler_and_break_glass_create_a_look_alike_wall(
+    #[case] user: &str,
+    #[case] allowed: bool,
+) {
+    let request = request("NetworkPolicy", "CREATE", user, managed(), Value::Null);
+    assert_eq!(
+        review(&request, &settings_gate(), &Unreachable).is_allowed(),
+        allowed
+    );
 }

@@ -143,14 +143,27 @@ impl<'a> ObjectRef<'a> {
                     .iter()
                     .map(|(key, value)| (Text::from(key.as_str()), Text::from(value.as_str())))
                     .collect(),
+                other: object
+                    .metadata
+                    .other
+                    .iter()
+                    .map(|(key, value)| (Text::from(key.as_str()), owned_json(value)))
+                    .collect(),
             },
             // The same JSON, read as the payload's is (the typed path is the tests' and the
             // playground's, never the policy's: a copy does no harm there).
-            spec: serde_json::from_slice::<Json<'_>>(object.spec.to_string().as_bytes())
-                .map(Json::into_owned)
-                .unwrap_or_default(),
+            spec: owned_json(&object.spec),
         }
     }
+}
+
+/// A `serde_json::Value` as the payload's reader reads it: the same JSON, read as the
+/// payload's is (the typed path is the tests' and the playground's, never the policy's: a
+/// copy does no harm there).
+fn owned_json(value: &serde_json::Value) -> Json<'static> {
+    serde_json::from_slice::<Json<'_>>(value.to_string().as_bytes())
+        .map(Json::into_owned)
+        .unwrap_or_default()
 }
 
 /// A label that puts namespaces behind a wall ([`super::Guard`], borrowed): `key=value` or

@@ -95,8 +95,9 @@ struct Base {
     allowed: bool,
 }
 
-const BASES: [&str; 8] = [
+const BASES: [&str; 9] = [
     "policy-delete-managed-deny-all",
+    "policy-update-annotation-only",
     "policy-update-deny-all-egress-added",
     "policy-create-managed-labels-by-user",
     "namespace-remove-guard-label",
@@ -340,7 +341,8 @@ const BAD_UTF8: [&[u8]; 5] = [
 
 fn generate(rng: &mut Rng, bases: &[Base], count: usize) -> Vec<Case> {
     // (family, weight): the heavy families (MiB-sized payloads) are rare.
-    const FAMILIES: [(&str, usize); 14] = [
+    const FAMILIES: [(&str, usize); 15] = [
+        ("metadata-walkaround", 6),
         ("huge-labels", 1),
         ("oversized", 1),
         ("deep-ignored", 6),
@@ -487,6 +489,33 @@ fn make(rng: &mut Rng, family: &'static str, index: usize, base: &Base) -> Case 
                 let path = *rng.pick(&TYPED_PATHS);
                 set_path(&mut request, path, wrong_values(rng));
             }
+            encode(&payload(&settings, &request))
+        }
+        "metadata-walkaround" => {
+            // An owner reference or a finalizer slipped onto a managed policy by an update
+            // that changes nothing else: the garbage collector would delete the wall, or the
+            // finalizer hold up its removal. Refused wherever the update reaches the rules;
+            // elsewhere (another kind, a DELETE, an unmanaged policy) the verdict stands.
+            let field = rng.pick(&["ownerReferences", "finalizers"]);
+            let value = if *field == "ownerReferences" {
+                json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": rng.word(8),
+                        "uid": format!("{:08x}-0000-4000-8000-000000000000", rng.next() as u32),
+                        "blockOwnerDeletion": rng.chance(50)}])
+            } else {
+                json!([format!("example.com/{}", rng.word(6))])
+            };
+            let managed_update = request["operation"] == "UPDATE"
+                && request["kind"]["kind"] == "NetworkPolicy"
+                && request["oldObject"]["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+                    == "namespace-baseline";
+            if let Some(metadata) = request["object"]["metadata"].as_object_mut() {
+                metadata.insert((*field).to_owned(), value);
+            }
+            expect = if managed_update {
+                Expect::Rejected
+            } else {
+                Expect::SameVerdict
+            };
             encode(&payload(&settings, &request))
         }
         "lookalike-identity" => {
