@@ -226,17 +226,28 @@ fn a_policy_without_holes_costs_no_host_call() {
 }
 
 #[test]
-fn an_unreadable_namespace_warns_instead_of_refusing() {
+fn an_unreadable_namespace_refuses_under_deny_and_warns_under_warn() {
     let cluster = FakeCluster::failing();
-    let verdict = run(
+    let spec = json!({"podSelector": {}, "ingress": [{}]});
+    let denied = run(
         json!({"contextAware": true, "holes": "Deny"}),
-        policy_create(json!({"podSelector": {}, "ingress": [{}]})),
+        policy_create(spec.clone()),
         &cluster,
     )
     .unwrap();
     assert!(
-        matches!(&verdict, Verdict::Warn(w) if w[0].contains("namespaces \"team-a\" not found")),
-        "{verdict:?}"
+        matches!(&denied, Verdict::Deny(m) if m.contains("namespaces \"team-a\" not found") && m.contains("needs get on namespaces")),
+        "{denied:?}"
+    );
+    let warned = run(
+        json!({"contextAware": true, "holes": "Warn"}),
+        policy_create(spec),
+        &cluster,
+    )
+    .unwrap();
+    assert!(
+        matches!(&warned, Verdict::Warn(w) if w[0].contains("namespaces \"team-a\" not found")),
+        "{warned:?}"
     );
 }
 
