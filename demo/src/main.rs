@@ -29,7 +29,7 @@ use namespace_baseline_core::identity::{
     reconciler_username,
 };
 use namespace_baseline_core::spec::NamespaceBaseline;
-use namespace_baseline_e2e::PolicyHost;
+use namespace_baseline_e2e::{Cluster, PolicyHost};
 use namespace_baseline_harness::apply::Applier;
 use namespace_baseline_harness::manifests::{self, Manifest};
 use namespace_baseline_harness::process::{ReconcilerProcess, Spawn};
@@ -881,6 +881,13 @@ impl Demo {
             labels.remove(GUARD_KEY);
         }
         let terminating = live("demo-10").await?;
+        // The namespace controller's exemption holds only in a namespace being deleted: the
+        // policy reads it through the host, as policy-server's get_resource would.
+        let cluster = Cluster {
+            baselines: baselines.clone(),
+            namespaces: vec![json!(namespaces.get("demo-10").await?)],
+            host_error: None,
+        };
 
         let cases = [
             (
@@ -923,7 +930,7 @@ impl Demo {
         ];
         let (mut refused, mut allowed, mut unexpected) = (0, 0, 0);
         for (what, request, expect_allowed) in cases {
-            let evaluation = host.validate(&settings, &request, &baselines)?;
+            let evaluation = host.validate_in(&settings, &request, &cluster)?;
             let response = evaluation.response;
             let calls = evaluation.host_calls.iter().filter(|c| !c.is_log()).count();
             let verdict = if response.accepted {
