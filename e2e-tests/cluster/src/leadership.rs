@@ -10,9 +10,12 @@
 //! and ends when the API server *received* the next write naming another holder (or none): a
 //! protected write (NetworkPolicies, baselines and their status, Events) lies inside one of
 //! its writer's terms only if it was received after the first and answered before the second.
+//! That holds for every handover alike: a killed leader's Lease taken over after it expired,
+//! and a stopped (SIGTERM) leader's Lease it released itself ([`shutdown_end`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -212,6 +215,70 @@ pub fn overlaps(terms: &[Term], writes: &[Request]) -> Vec<String> {
         .collect()
 }
 
+/// How a leader's term ended after it was told to shut down (SIGTERM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShutdownEnd {
+    /// It did not hold the Lease when signalled.
+    NotHolding,
+    /// It emptied the Lease itself; the API server received the release `held` after the
+    /// signal.
+    Released { held: Duration },
+    /// Its release failed: the Lease was taken over by `by` (after it expired), `held` after
+    /// the signal.
+    TakenOver { by: String, held: Duration },
+    /// The audit log shows no end of its term.
+    StillHeld,
+}
+
+impl ShutdownEnd {
+    /// How long after the signal the Lease was still the stopped leader's, if it ended.
+    pub fn held(&self) -> Option<Duration> {
+        match self {
+            Self::Released { held } | Self::TakenOver { held, .. } => Some(*held),
+            Self::NotHolding | Self::StillHeld => None,
+        }
+    }
+
+    /// Whether the leader held the Lease when signalled and did not release it.
+    pub fn release_failed(&self) -> bool {
+        matches!(self, Self::TakenOver { .. } | Self::StillHeld)
+    }
+}
+
+/// How the term of `identity`, told to shut down at `at`, ended: from the Lease writes in
+/// version order ([`from_audit`]). It held the Lease if the last write received before `at`
+/// names it; its term ends at the next write naming someone else or no one.
+pub fn shutdown_end(lease_writes: &[LeaseWrite], identity: &str, at: Timestamp) -> ShutdownEnd {
+    let Some(last_before) = lease_writes
+        .iter()
+        .rposition(|write| write.request.received <= at)
+    else {
+        return ShutdownEnd::NotHolding;
+    };
+    if lease_writes[last_before].holder.as_deref() != Some(identity) {
+        return ShutdownEnd::NotHolding;
+    }
+    let end = lease_writes[last_before + 1..]
+        .iter()
+        .find(|write| write.holder.as_deref() != Some(identity));
+    let Some(end) = end else {
+        return ShutdownEnd::StillHeld;
+    };
+    let held = end
+        .request
+        .received
+        .duration_since(at)
+        .try_into()
+        .unwrap_or_default();
+    match &end.holder {
+        None if end.request.writer == identity => ShutdownEnd::Released { held },
+        holder => ShutdownEnd::TakenOver {
+            by: holder.clone().unwrap_or_else(|| end.request.writer.clone()),
+            held,
+        },
+    }
+}
+
 /// Who holds the Lease `name` now; `None` when it is absent, released or unreadable.
 pub async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
     leases
@@ -301,10 +368,73 @@ mod tests {
     #[case::received_after_the_takeover(write(25_000, 25_010, "a"))]
     #[case::before_the_acquisition_was_answered(write(20_005, 20_020, "b"))]
     #[case::after_the_release(write(40_001, 40_002, "b"))]
+    #[case::answered_after_the_release_was_received(write(39_990, 40_001, "b"))]
     #[case::by_a_replica_that_never_held_it(write(30_000, 30_001, "c"))]
     fn writes_outside_their_writers_terms_are_overlaps(#[case] stray: Request) {
         let found = overlaps(&history(), &[stray]);
         assert_eq!(found.len(), 1, "{found:?}");
+    }
+
+    /// a holds from 0 and renews; told to stop at 10 000, it renews once more while its
+    /// writes end and releases at 12 000; b takes the released Lease at 13 000.
+    fn graceful() -> Vec<LeaseWrite> {
+        vec![
+            lease(1, 0, 5, "a", Some("a")),
+            lease(2, 8_000, 8_004, "a", Some("a")),
+            lease(3, 11_000, 11_004, "a", Some("a")),
+            lease(4, 12_000, 12_003, "a", None),
+            lease(5, 13_000, 13_004, "b", Some("b")),
+        ]
+    }
+
+    #[test]
+    fn a_stopped_leader_that_released_the_lease_held_it_until_the_release() {
+        assert_eq!(
+            shutdown_end(&graceful(), "a", at(10_000)),
+            ShutdownEnd::Released {
+                held: Duration::from_secs(2)
+            }
+        );
+        assert!(!shutdown_end(&graceful(), "a", at(10_000)).release_failed());
+        // The graceful handover is a handover like any other for the overlap check.
+        let terms = terms(&graceful());
+        assert!(overlaps(&terms, &[write(11_500, 11_990, "a")]).is_empty());
+        assert_eq!(overlaps(&terms, &[write(11_990, 12_001, "a")]).len(), 1);
+    }
+
+    #[test]
+    fn a_stopped_leader_whose_release_failed_held_the_lease_until_it_was_taken_over() {
+        let mut writes = graceful();
+        writes.truncate(3);
+        assert_eq!(
+            shutdown_end(&writes, "a", at(10_000)),
+            ShutdownEnd::StillHeld
+        );
+        writes.push(lease(4, 26_000, 26_004, "b", Some("b")));
+        let end = shutdown_end(&writes, "a", at(10_000));
+        assert_eq!(
+            end,
+            ShutdownEnd::TakenOver {
+                by: "b".into(),
+                held: Duration::from_secs(16)
+            }
+        );
+        assert!(end.release_failed());
+        assert_eq!(end.held(), Some(Duration::from_secs(16)));
+    }
+
+    #[rstest::rstest]
+    #[case::before_any_lease_write("a", -1)]
+    #[case::after_it_released("a", 12_500)]
+    #[case::another_replica("b", 10_000)]
+    fn a_replica_stopped_while_not_holding_the_lease_had_nothing_to_release(
+        #[case] identity: &str,
+        #[case] stopped: i64,
+    ) {
+        assert_eq!(
+            shutdown_end(&graceful(), identity, at(stopped)),
+            ShutdownEnd::NotHolding
+        );
     }
 
     fn event(

@@ -4,21 +4,25 @@
 //! election, each reaching the API server through the fault-injecting proxy. For the
 //! duration of the soak, with faults on every request at the given probability, seeded
 //! random drift (managed policies deleted or widened, namespaces created labelled or labelled
-//! late) goes on while the leader is SIGKILLed (and replaced by a new replica) at regular
-//! intervals, and the API server, etcd and the proxy are restarted. Then the faults stop and
-//! the wall must converge.
+//! late) goes on while the leader is stopped (and replaced by a new replica) at regular
+//! intervals, SIGKILLed or sent SIGTERM (a graceful shutdown: it releases the Lease after its
+//! last write), and the API server, etcd and the proxy are restarted. Then the faults stop
+//! and the wall must converge.
 //!
 //! What is checked, from the objects and the audit log (never from the reconcilers' logs,
 //! except for panics): every labelled namespace has exactly the wall and nothing managed is
 //! elsewhere; the status is right; no replica panicked or exited unless killed; and no two
-//! replicas wrote NetworkPolicies, baselines or Events in overlapping lease terms
-//! ([`namespace_baseline_cluster_tests::leadership`]). Reported: handover times, repair
-//! latency under faults (outside leaderless windows), convergence after the chaos, max RSS.
+//! replicas wrote NetworkPolicies, baselines or Events in overlapping lease terms, after a
+//! kill or a graceful handover alike ([`namespace_baseline_cluster_tests::leadership`]).
+//! Reported: handover times, releases that failed and shutdowns that held the Lease past the
+//! write budget, repair latency under faults (outside leaderless windows), convergence after
+//! the chaos, max RSS.
 //!
-//! Usage: `soak [--namespaces 300] [--duration 180] [--kills 8] [--apiserver-restarts 1]
-//! [--etcd-restarts 1] [--proxy-restarts 1] [--replicas 3] [--faults 0.3] [--seed 1]
-//! [--out FILE]`. Needs TEST_KUBECONFIG, NSB_RECONCILER_BIN, NSB_AUDIT_LOG and NSB_STATE_DIR
-//! (the local control plane's, for the restarts): `e2e-tests/soak.sh` provides them.
+//! Usage: `soak [--namespaces 300] [--duration 180] [--kills 8] [--graceful 0.5]
+//! [--apiserver-restarts 1] [--etcd-restarts 1] [--proxy-restarts 1] [--replicas 3]
+//! [--faults 0.3] [--seed 1] [--out FILE]`. Needs TEST_KUBECONFIG, NSB_RECONCILER_BIN,
+//! NSB_AUDIT_LOG and NSB_STATE_DIR (the local control plane's, for the restarts):
+//! `e2e-tests/soak.sh` provides them.
 
 #[path = "soak/chaos.rs"]
 mod chaos;

@@ -25,13 +25,16 @@ use namespace_baseline_core::identity::{RECONCILER_NAMESPACE, managed_selector};
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use serde_json::json;
+use tokio::task::JoinHandle;
 
 use crate::options::Options;
 
-/// A leader SIGKILLed by the soak.
-pub struct Kill {
+/// A leader stopped by the soak: SIGKILLed, or sent SIGTERM (`graceful`).
+pub struct LeaderStop {
     pub identity: String,
+    /// When the signal was sent.
     pub at: Timestamp,
+    pub graceful: bool,
 }
 
 /// A control plane or proxy restart: requests fail meanwhile.
@@ -45,9 +48,10 @@ pub struct Window {
 pub struct Process {
     pub identity: String,
     pub killed: bool,
-    /// The exit status after the final SIGTERM (`None`: killed, or already gone).
+    /// The exit status after its SIGTERM, mid-soak or at the end (`None`: killed, already
+    /// gone, or not exited within 25 s of the SIGTERM).
     pub exit: Option<ExitStatus>,
-    /// Alive until the end, unless killed.
+    /// Alive until its SIGTERM, unless killed.
     pub alive_at_end: bool,
     pub panics: usize,
     pub max_rss_kib: u64,
@@ -71,6 +75,8 @@ pub struct Chaos<'c> {
     state_dir: PathBuf,
     replicas: Vec<Replica>,
     gone: Vec<Process>,
+    /// Leaders sent SIGTERM, shutting down while the chaos goes on.
+    stopping: Vec<JoinHandle<Process>>,
     next_replica: usize,
     next_namespace: usize,
     /// The namespaces walled from the start: `w00000` .. `w{walled - 1}`.
@@ -79,7 +85,7 @@ pub struct Chaos<'c> {
     rng: StdRng,
     seed: u64,
     faults: f64,
-    pub kills: Vec<Kill>,
+    pub stops: Vec<LeaderStop>,
     pub restarts: Vec<Window>,
     /// Drift made, by kind; `skipped`: admin requests that failed (e.g. during a restart).
     pub actions: BTreeMap<&'static str, usize>,
@@ -127,6 +133,7 @@ impl<'c> Chaos<'c> {
             state_dir,
             replicas: Vec::new(),
             gone: Vec::new(),
+            stopping: Vec::new(),
             next_replica: 1,
             next_namespace: 0,
             walled: options.namespaces,
@@ -134,7 +141,7 @@ impl<'c> Chaos<'c> {
             rng: StdRng::seed_from_u64(options.seed),
             seed: options.seed,
             faults: options.faults,
-            kills: Vec::new(),
+            stops: Vec::new(),
             restarts: Vec::new(),
             actions: BTreeMap::new(),
             scenario,
@@ -187,7 +194,7 @@ impl<'c> Chaos<'c> {
                     "[chaos {:>5.1}s] {disruption:?} (due at {at:.0?})",
                     started.elapsed().as_secs_f64()
                 );
-                if !self.disrupt(disruption).await? {
+                if !self.disrupt(disruption, options).await? {
                     // A handover is under way: try again in a second.
                     schedule.insert(0, (started.elapsed() + Duration::from_secs(1), disruption));
                 }
@@ -213,7 +220,7 @@ impl<'c> Chaos<'c> {
     /// Whether the disruption happened. One at a time: none starts before a live replica
     /// holds the lease again (a restart in the middle of a handover would measure the
     /// restart, not the election).
-    async fn disrupt(&mut self, disruption: Disruption) -> Result<bool> {
+    async fn disrupt(&mut self, disruption: Disruption, options: &Options) -> Result<bool> {
         let led = match self.holder().await {
             Some(holder) => self.replicas.iter().any(|r| r.process.instance == holder),
             None => false,
@@ -222,7 +229,10 @@ impl<'c> Chaos<'c> {
             return Ok(false);
         }
         match disruption {
-            Disruption::KillLeader => self.kill_leader().await,
+            Disruption::StopLeader => {
+                let graceful = options.graceful_stop(self.stops.len());
+                self.stop_leader(graceful).await
+            }
             Disruption::RestartApiServer => {
                 let from = Timestamp::now();
                 let took = restart_apiserver(self.state_dir.clone()).await?;
@@ -272,7 +282,9 @@ impl<'c> Chaos<'c> {
         lease_holder(&leases, &self.lease).await
     }
 
-    async fn kill_leader(&mut self) -> Result<bool> {
+    /// SIGKILLs the leader, or sends it SIGTERM and lets it shut down (release the Lease)
+    /// while the chaos goes on; starts a replacement either way.
+    async fn stop_leader(&mut self, graceful: bool) -> Result<bool> {
         let Some(holder) = self.holder().await else {
             return Ok(false);
         };
@@ -285,20 +297,33 @@ impl<'c> Chaos<'c> {
         };
         let mut replica = self.replicas.remove(index);
         replica.max_rss_kib = replica.max_rss_kib.max(peak_rss_kib(replica.process.pid()));
-        replica.process.kill();
-        self.kills.push(Kill {
-            identity: holder.clone(),
-            at: Timestamp::now(),
-        });
-        println!("[chaos] SIGKILLed the leader {holder}; starting a replacement");
-        self.gone.push(Process {
-            identity: holder,
-            killed: true,
-            exit: None,
-            alive_at_end: false,
-            panics: panics(&replica.process),
-            max_rss_kib: replica.max_rss_kib,
-        });
+        if graceful {
+            // The task sends the signal at once; the time taken just before can only make
+            // the Lease look held longer.
+            self.stops.push(LeaderStop {
+                identity: holder.clone(),
+                at: Timestamp::now(),
+                graceful,
+            });
+            println!("[chaos] SIGTERM to the leader {holder}; starting a replacement");
+            self.stopping.push(tokio::spawn(terminate(replica)));
+        } else {
+            replica.process.kill();
+            self.stops.push(LeaderStop {
+                identity: holder.clone(),
+                at: Timestamp::now(),
+                graceful,
+            });
+            println!("[chaos] SIGKILLed the leader {holder}; starting a replacement");
+            self.gone.push(Process {
+                identity: holder,
+                killed: true,
+                exit: None,
+                alive_at_end: false,
+                panics: panics(&replica.process),
+                max_rss_kib: replica.max_rss_kib,
+            });
+        }
         self.spawn_replica().await?;
         Ok(true)
     }
@@ -495,21 +520,15 @@ impl<'c> Chaos<'c> {
         Ok(problems)
     }
 
-    /// SIGTERM to every replica still running; what became of each.
+    /// SIGTERM to every replica still running; what became of each, and of the leaders sent
+    /// SIGTERM during the chaos.
     pub async fn finish(&mut self) -> Result<Vec<Process>> {
         let mut processes = std::mem::take(&mut self.gone);
-        for mut replica in self.replicas.drain(..) {
-            let alive = replica.process.check_alive().is_ok();
-            replica.max_rss_kib = replica.max_rss_kib.max(peak_rss_kib(replica.process.pid()));
-            let exit = replica.process.stop().await.ok();
-            processes.push(Process {
-                identity: replica.process.instance.clone(),
-                killed: false,
-                exit,
-                alive_at_end: alive,
-                panics: panics(&replica.process),
-                max_rss_kib: replica.max_rss_kib,
-            });
+        for stopping in self.stopping.drain(..) {
+            processes.push(stopping.await.context("a replica's shutdown task failed")?);
+        }
+        for replica in self.replicas.drain(..) {
+            processes.push(terminate(replica).await);
         }
         Ok(processes)
     }
@@ -517,6 +536,27 @@ impl<'c> Chaos<'c> {
     /// The Lease's holder now (after [`Self::finish`]: `None` when released).
     pub async fn final_holder(&self) -> Option<String> {
         self.holder().await
+    }
+}
+
+/// SIGTERM, then up to 25 s for a clean exit; what became of the replica.
+async fn terminate(mut replica: Replica) -> Process {
+    let alive = replica.process.check_alive().is_ok();
+    replica.max_rss_kib = replica.max_rss_kib.max(peak_rss_kib(replica.process.pid()));
+    let exit = match replica.process.stop().await {
+        Ok(status) => Some(status),
+        Err(error) => {
+            println!("[chaos] {error:#}");
+            None
+        }
+    };
+    Process {
+        identity: replica.process.instance.clone(),
+        killed: false,
+        exit,
+        alive_at_end: alive,
+        panics: panics(&replica.process),
+        max_rss_kib: replica.max_rss_kib,
     }
 }
 
@@ -547,13 +587,14 @@ fn panics(process: &Reconciler) -> usize {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disruption {
-    KillLeader,
+    /// SIGKILL or SIGTERM to the leader ([`Options::graceful_stop`]).
+    StopLeader,
     RestartApiServer,
     RestartEtcd,
     RestartProxy,
 }
 
-/// The disruptions at evenly spread offsets: kills at (i + ½)/K of the duration, the
+/// The disruptions at evenly spread offsets: leader stops at (i + ½)/K of the duration, the
 /// restarts between them.
 fn disruptions(options: &Options) -> Vec<(Duration, Disruption)> {
     let spread = |count: usize, phase: f64, disruption: Disruption| {
@@ -562,7 +603,7 @@ fn disruptions(options: &Options) -> Vec<(Duration, Disruption)> {
             (at, disruption)
         })
     };
-    let mut schedule: Vec<_> = spread(options.kills, 0.5, Disruption::KillLeader)
+    let mut schedule: Vec<_> = spread(options.kills, 0.5, Disruption::StopLeader)
         .chain(spread(
             options.apiserver_restarts,
             0.3,

@@ -1,22 +1,57 @@
-//! What the audit log says about the soak: leadership terms and overlaps, handovers, and how
-//! long each drift took to be repaired.
+//! What the audit log says about the soak: leadership terms and overlaps, handovers (after a
+//! kill, and after a graceful shutdown: did the leader release the Lease, and how long did it
+//! keep it), and how long each drift took to be repaired.
 
 use std::time::Duration;
 
 use anyhow::{Result, bail, ensure};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use namespace_baseline_cluster_tests::AuditEvent;
-use namespace_baseline_cluster_tests::leadership::{self, Term};
+use namespace_baseline_cluster_tests::leadership::{self, ShutdownEnd, Term};
+use namespace_baseline_reconciler::leader::Timing;
 
 use crate::chaos::{Chaos, Process};
 use crate::options::Options;
 
-/// A leader killed, and how long until another held the Lease and until it wrote.
+/// The longest a leader told to shut down has reason to keep the Lease: a write it had in
+/// flight may take its whole budget (at most the renew deadline plus the write grace after
+/// it started) and be abandoned, and the release then waits the write grace after it
+/// (reconciler/src/leader). A leader holding the Lease longer waited for something else:
+/// its release's retries after such a write (within the reconciler's `RELEASE_BUDGET`), or
+/// work it should not have waited for (running reconciles, a hanging election round).
+pub fn write_budget() -> Duration {
+    let timing = Timing::DEFAULT;
+    timing.renew_deadline + timing.write_grace() * 2
+}
+
+/// A leader stopped (SIGKILL, or SIGTERM when `graceful`), and how long until another held
+/// the Lease and until it wrote.
 pub struct Handover {
-    pub killed: String,
+    pub stopped: String,
+    pub graceful: bool,
     pub successor: Option<String>,
     pub acquired: Option<Duration>,
     pub first_write: Option<Duration>,
+    /// After a SIGTERM: how the stopped leader's term ended.
+    pub shutdown: Option<ShutdownEnd>,
+}
+
+impl Handover {
+    /// A leader told to shut down that did not release the Lease.
+    pub fn release_failed(&self) -> bool {
+        self.shutdown
+            .as_ref()
+            .is_some_and(ShutdownEnd::release_failed)
+    }
+
+    /// A leader told to shut down that kept the Lease past [`write_budget`] (or for good).
+    pub fn held_past_the_write_budget(&self) -> bool {
+        match &self.shutdown {
+            None | Some(ShutdownEnd::NotHolding) => false,
+            Some(ShutdownEnd::StillHeld) => true,
+            Some(end) => end.held().is_some_and(|held| held > write_budget()),
+        }
+    }
 }
 
 pub struct Verdict {
@@ -65,12 +100,12 @@ pub fn analyse(
     let overlaps = leadership::overlaps(&terms, &writes);
 
     let handovers: Vec<Handover> = chaos
-        .kills
+        .stops
         .iter()
-        .map(|kill| {
+        .map(|stop| {
             let next = terms
                 .iter()
-                .find(|term| term.from > kill.at && term.holder != kill.identity);
+                .find(|term| term.from > stop.at && term.holder != stop.identity);
             let first_write = next.and_then(|term| {
                 writes
                     .iter()
@@ -79,27 +114,31 @@ pub fn analyse(
                     .min()
             });
             Handover {
-                killed: kill.identity.clone(),
+                stopped: stop.identity.clone(),
+                graceful: stop.graceful,
                 successor: next.map(|term| term.holder.clone()),
-                acquired: next.map(|term| since(kill.at, term.from)),
-                first_write: first_write.map(|at| since(kill.at, at)),
+                acquired: next.map(|term| since(stop.at, term.from)),
+                first_write: first_write.map(|at| since(stop.at, at)),
+                shutdown: stop
+                    .graceful
+                    .then(|| leadership::shutdown_end(&lease_writes, &stop.identity, stop.at)),
             }
         })
         .collect();
 
-    // From a kill until the successor's first write (it must take the lease, then list the
-    // cluster into its caches), and between terms.
+    // From a leader stop until the successor's first write (it must take the lease, then
+    // list the cluster into its caches), and between terms.
     let leaderless: Vec<(Timestamp, Timestamp)> = chaos
-        .kills
+        .stops
         .iter()
         .zip(&handovers)
-        .map(|(kill, handover): (_, &Handover)| {
+        .map(|(stop, handover): (_, &Handover)| {
             let end = handover
                 .first_write
                 .or(handover.acquired)
-                .and_then(|after| kill.at.checked_add(after).ok())
+                .and_then(|after| stop.at.checked_add(after).ok())
                 .unwrap_or(Timestamp::MAX);
-            (kill.at, end)
+            (stop.at, end)
         })
         .chain(
             terms
@@ -172,8 +211,19 @@ fn repairs(
 }
 
 impl Verdict {
-    /// Fails the soak on any overlap, panic, unexpected exit or unreleased lease; the
-    /// latency goals are reported, not enforced (they depend on the machine's load).
+    /// Leaders told to shut down (SIGTERM) while holding the Lease.
+    pub fn shutdowns(&self) -> impl Iterator<Item = &Handover> {
+        self.handovers.iter().filter(|h| {
+            h.shutdown
+                .as_ref()
+                .is_some_and(|end| *end != ShutdownEnd::NotHolding)
+        })
+    }
+
+    /// Fails the soak on any overlap (graceful handovers included), panic, unexpected exit
+    /// or unreleased lease at the end; the latency goals, failed releases and shutdowns that
+    /// held the Lease past the write budget are reported, not enforced (they depend on the
+    /// faults and the machine's load).
     pub fn enforce(&self, options: &Options) -> Result<()> {
         let mut failures = Vec::new();
         if !self.overlaps.is_empty() {
@@ -202,14 +252,14 @@ impl Verdict {
             .count();
         if handed < self.handovers.len() {
             failures.push(format!(
-                "{} of {} killed leaders were never succeeded",
+                "{} of {} stopped leaders were never succeeded",
                 self.handovers.len() - handed,
                 self.handovers.len()
             ));
         }
         if self.handovers.len() < options.kills {
             failures.push(format!(
-                "only {} of {} leader kills happened",
+                "only {} of {} leader stops happened",
                 self.handovers.len(),
                 options.kills
             ));

@@ -3,8 +3,10 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use namespace_baseline_cluster_tests::leadership::ShutdownEnd;
+
 use crate::chaos::{Chaos, Process};
-use crate::check::Verdict;
+use crate::check::{Handover, Verdict, write_budget};
 use crate::options::Options;
 
 /// The value at quantile `p` (0..=1) of `samples`, nearest rank.
@@ -36,16 +38,32 @@ pub fn table(
     converged: Duration,
     processes: &[Process],
 ) -> String {
-    let acquired: Vec<Duration> = verdict
-        .handovers
-        .iter()
-        .filter_map(|h| h.acquired)
-        .collect();
+    let of = |graceful: bool, measure: fn(&Handover) -> Option<Duration>| -> Vec<Duration> {
+        verdict
+            .handovers
+            .iter()
+            .filter(|h| h.graceful == graceful)
+            .filter_map(measure)
+            .collect()
+    };
+    let acquired_after_kill = of(false, |h| h.acquired);
+    let acquired_after_sigterm = of(true, |h| h.acquired);
     let first_writes: Vec<Duration> = verdict
         .handovers
         .iter()
         .filter_map(|h| h.first_write)
         .collect();
+    let shutdowns: Vec<&Handover> = verdict.shutdowns().collect();
+    let held_after_sigterm: Vec<Duration> = shutdowns
+        .iter()
+        .filter_map(|h| h.shutdown.as_ref().and_then(ShutdownEnd::held))
+        .collect();
+    let failed_releases = shutdowns.iter().filter(|h| h.release_failed()).count();
+    let held_past = shutdowns
+        .iter()
+        .filter(|h| h.held_past_the_write_budget())
+        .count();
+    let kills = verdict.handovers.iter().filter(|h| !h.graceful).count();
     let max_rss = processes.iter().map(|p| p.max_rss_kib).max().unwrap_or(0);
     let actions: Vec<String> = chaos
         .actions
@@ -71,9 +89,10 @@ pub fn table(
     let _ = writeln!(out, "|---|---|---|");
     let _ = writeln!(
         out,
-        "| lease terms / handovers | {} terms, {} leader kills | ≥ 20 handovers (FULL) |",
+        "| lease terms / handovers | {} terms, {} leader stops: {kills} SIGKILL, {} SIGTERM | ≥ 20 handovers (FULL) |",
         verdict.terms.len(),
-        verdict.handovers.len()
+        verdict.handovers.len(),
+        verdict.handovers.len() - kills
     );
     let _ = writeln!(
         out,
@@ -83,15 +102,36 @@ pub fn table(
     );
     let _ = writeln!(
         out,
-        "| handover: kill → successor holds the lease | {} | ≤ {} ms ({}) |",
-        spread(&acquired),
+        "| handover: SIGKILL → successor holds the lease | {} | ≤ {} ms ({}) |",
+        spread(&acquired_after_kill),
         handover_goal.as_millis(),
-        verdict_of(quantile(&acquired, 1.0), handover_goal)
+        verdict_of(quantile(&acquired_after_kill, 1.0), handover_goal)
     );
     let _ = writeln!(
         out,
-        "| handover: kill → successor's first write | {} | – |",
+        "| handover: SIGTERM → successor holds the lease | {} | – |",
+        spread(&acquired_after_sigterm)
+    );
+    let _ = writeln!(
+        out,
+        "| handover: stop → successor's first write | {} | – |",
         spread(&first_writes)
+    );
+    let _ = writeln!(
+        out,
+        "| shutdown: SIGTERM → the leader's Lease released or taken over | {} | – |",
+        spread(&held_after_sigterm)
+    );
+    let _ = writeln!(
+        out,
+        "| shutdowns whose release failed / that held the Lease past the write budget ({} ms) | {failed_releases} / {held_past} of {} leaders sent SIGTERM | 0 / 0 ({}) |",
+        write_budget().as_millis(),
+        shutdowns.len(),
+        if failed_releases + held_past == 0 {
+            "met"
+        } else {
+            "missed"
+        }
     );
     let _ = writeln!(
         out,
@@ -133,9 +173,23 @@ pub fn table(
         .handovers
         .iter()
         .map(|h| {
+            let how = match &h.shutdown {
+                None => "SIGKILL".to_owned(),
+                Some(ShutdownEnd::Released { held }) => {
+                    format!("SIGTERM, released after {}", ms(Some(*held)))
+                }
+                Some(ShutdownEnd::TakenOver { held, .. }) => {
+                    format!(
+                        "SIGTERM, not released: taken over after {}",
+                        ms(Some(*held))
+                    )
+                }
+                Some(ShutdownEnd::StillHeld) => "SIGTERM, never released".to_owned(),
+                Some(ShutdownEnd::NotHolding) => "SIGTERM, no longer leading".to_owned(),
+            };
             format!(
-                "{} → {} in {}",
-                h.killed,
+                "{} → {} in {} ({how})",
+                h.stopped,
                 h.successor.as_deref().unwrap_or("nobody"),
                 ms(h.acquired)
             )
