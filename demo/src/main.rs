@@ -367,7 +367,9 @@ impl Demo {
             binary: &binary,
             kubeconfig: &kubeconfig,
             instance: "demo-reconciler",
-            args: &[],
+            // Short election clocks: a fresh install's first leader waits one lease duration
+            // for the missing Lease, and a demo should not wait 15 s for it.
+            args: DEMO_ELECTION_CLOCKS,
             log: self.work.join("reconciler.log"),
             rust_log: "info",
         })?;
@@ -381,10 +383,11 @@ impl Demo {
             reconciler_username()
         ));
         self.more(format!(
-            "pid {}, log {}; flags: run --listen=127.0.0.1:{}, the defaults otherwise (--resync-interval=5m, --leader-election=true)",
+            "pid {}, log {}; flags: run --listen=127.0.0.1:{} {}, the defaults otherwise (--resync-interval=5m, --leader-election=true)",
             reconciler.pid(),
             reconciler.log.display(),
-            reconciler.port
+            reconciler.port,
+            DEMO_ELECTION_CLOCKS.join(" ")
         ));
         // A replica is ready as a standby first; wait until it leads (holds the Lease).
         let (body, took_ready) =
@@ -970,6 +973,14 @@ impl Demo {
 }
 
 /// An AdmissionRequest for a NetworkPolicy, as kube-apiserver sends it.
+/// The demo's leader-election clocks: valid (renew deadline < lease duration minus the write
+/// grace, retry period with its jitter < renew deadline) and short.
+const DEMO_ELECTION_CLOCKS: &[&str] = &[
+    "--lease-duration=4s",
+    "--renew-deadline=2s",
+    "--retry-period=500ms",
+];
+
 fn policy_request(
     operation: &str,
     user: &Value,

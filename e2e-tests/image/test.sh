@@ -340,7 +340,7 @@ nsb_say "SIGTERM to the container (as the kubelet stops it)"
 t0=$SECONDS
 nsb_podman kill --signal TERM "$CTR" >/dev/null
 exited() { [[ "$(nsb_podman inspect --format '{{.State.Running}}' "$CTR")" == false ]]; }
-TIMEOUT=40 wait_for "the reconciler to exit after SIGTERM (it lets reconciles finish for up to 20 s)" exited
+TIMEOUT=40 wait_for "the reconciler to exit after SIGTERM (it lets the writes in flight end, at most 12.5 s, then releases the Lease, retried for up to 5 s)" exited
 exit_code="$(nsb_podman inspect --format '{{.State.ExitCode}}' "$CTR")"
 save_logs
 [[ "$exit_code" == 0 ]] || { tail -n 20 "$LOG" >&2; fail "exit code $exit_code after SIGTERM"; }

@@ -51,9 +51,12 @@ async fn s6_only_the_leader_writes_and_the_standby_takes_over() {
     let mut a = cluster.start_reconciler(&a_name, &args).await.unwrap();
     let mut b = cluster.start_reconciler(&b_name, &args).await.unwrap();
     let leases: Api<Lease> = Api::namespaced(cluster.admin.clone(), RECONCILER_NAMESPACE);
-    let (first_holder, _) = wait_until("a lease holder", Duration::from_secs(20), || async {
-        Ok(lease_holder(&leases, &lease_name).await)
-    })
+    // A missing Lease is created only after a lease duration of seeing it missing.
+    let (first_holder, _) = wait_until(
+        "a lease holder",
+        LEASE_DURATION + Duration::from_secs(10),
+        || async { Ok(lease_holder(&leases, &lease_name).await) },
+    )
     .await
     .unwrap();
     assert!(
