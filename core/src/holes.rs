@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::facts::PolicyFacts;
 use crate::identity::claims_management;
+use crate::plan::NamespaceFacts;
 use crate::reach::{IpBlockShape, opens_internet, selects_unlabelled};
 
 /// How far a rule opens the wall, widest first.
@@ -108,6 +109,18 @@ pub struct Hole {
     pub width: Width,
     /// The rule names no port: every port is open.
     pub all_ports: bool,
+    /// For a rule that selects namespaces (`Cluster`, `Namespaces`): how many of the live
+    /// namespaces it reaches, when the caller knows them ([`namespace_reach`]: the
+    /// reconciler); `None` otherwise (the admission policy sees no namespace list).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reach: Option<NamespaceReach>,
+}
+
+/// How many of the live (not terminating) namespaces a rule's namespace selectors select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NamespaceReach {
+    pub reached: u32,
+    pub of: u32,
 }
 
 impl fmt::Display for Hole {
@@ -130,7 +143,11 @@ impl fmt::Display for Hole {
                 Width::Pods => "some pods",
                 Width::Addresses => "some addresses",
             }
-        )
+        )?;
+        match self.reach {
+            Some(NamespaceReach { reached, of }) => write!(f, " ({reached} of {of} namespaces)"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -263,7 +280,46 @@ pub(crate) fn hole<'a>(
         rule,
         width: width.unwrap_or(Width::World),
         all_ports,
+        reach: None,
     }
+}
+
+/// How many of `namespaces` (the live ones; terminating ones are not counted) the rule of
+/// `hole` reaches through its namespace selectors, for a hole of `spec` that selects
+/// namespaces (`Cluster`, `Namespaces`); `None` for another width. A namespace is reached
+/// when any `namespaceSelector` peer of the rule selects it ([`crate::reach::selects`]).
+pub fn namespace_reach<N: NamespaceFacts>(
+    spec: &NetworkPolicySpec,
+    hole: &Hole,
+    namespaces: &[N],
+) -> Option<NamespaceReach> {
+    if !matches!(hole.width, Width::Cluster | Width::Namespaces) {
+        return None;
+    }
+    let peers = match hole.direction {
+        Direction::Ingress => spec.ingress.as_ref()?.get(hole.rule)?.from.as_deref(),
+        Direction::Egress => spec.egress.as_ref()?.get(hole.rule)?.to.as_deref(),
+    };
+    let selectors: Vec<&LabelSelector> = peers
+        .into_iter()
+        .flatten()
+        .filter(|peer| peer.ip_block.is_none())
+        .filter_map(|peer| peer.namespace_selector.as_ref())
+        .collect();
+    let live = namespaces
+        .iter()
+        .filter(|namespace| !namespace.terminating());
+    let (mut reached, mut of) = (0u32, 0u32);
+    for namespace in live {
+        of = of.saturating_add(1);
+        if selectors
+            .iter()
+            .any(|selector| crate::reach::selects(selector, namespace))
+        {
+            reached = reached.saturating_add(1);
+        }
+    }
+    Some(NamespaceReach { reached, of })
 }
 
 /// Whether a k8s-openapi label selector selects every namespace (or pod) anyone creates.
@@ -368,6 +424,59 @@ mod tests {
         #[case] expected: Vec<(Direction, Width, bool)>,
     ) {
         assert_eq!(widths(spec), expected);
+    }
+
+    #[test]
+    fn a_rule_that_selects_namespaces_is_measured_against_the_live_ones() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let namespace = |name: &str, team: Option<&str>, terminating: bool| ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(
+                team.map(|team| ("team".to_owned(), team.to_owned()))
+                    .into_iter()
+                    .collect(),
+            ),
+            deletion_timestamp: terminating.then_some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+            ),
+            ..ObjectMeta::default()
+        };
+        let namespaces = [
+            namespace("a", Some("a"), false),
+            namespace("b", Some("b"), false),
+            namespace("c", None, false),
+            namespace("gone", Some("a"), true),
+        ];
+        let policy = policy(json!({
+            "podSelector": {},
+            "ingress": [
+                {"from": [{"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Exists"}]}}]},
+                {"from": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["c"]}]}}]},
+                {"from": [{"podSelector": {}}]},
+            ],
+        }));
+        let found = holes(&policy);
+        let spec = policy.spec.as_ref().unwrap();
+        let reach: Vec<Option<NamespaceReach>> = found
+            .iter()
+            .map(|hole| namespace_reach(spec, hole, &namespaces))
+            .collect();
+        assert_eq!(
+            reach,
+            [
+                Some(NamespaceReach { reached: 2, of: 3 }),
+                Some(NamespaceReach { reached: 2, of: 3 }),
+                None,
+            ]
+        );
+        let mut cluster = found[1].clone();
+        cluster.reach = reach[1];
+        assert_eq!(
+            cluster.to_string(),
+            "NetworkPolicy team-policy ingress rule 1 opens every port to every pod of the cluster (2 of 3 namespaces)"
+        );
     }
 
     #[test]

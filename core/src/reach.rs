@@ -7,6 +7,10 @@
 
 use std::net::IpAddr;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::plan::NamespaceFacts;
+
 /// One `ipBlock`: its `cidr` and its `except` list, as written.
 pub(crate) struct IpBlockShape<'a> {
     pub cidr: &'a str,
@@ -194,6 +198,46 @@ pub(crate) fn selects_unlabelled<'a>(
         })
 }
 
+/// Whether a Kubernetes label selector selects this namespace, as the API server evaluates
+/// it: every `matchLabels` pair, and every `matchExpressions` requirement (`In`, `NotIn`,
+/// `Exists`, `DoesNotExist`; an operator the API server would refuse selects nothing). A
+/// namespace always carries [`NAMESPACE_NAME_LABEL`] with its name, whether the cache kept
+/// the label or not.
+pub(crate) fn selects<N: NamespaceFacts + ?Sized>(selector: &LabelSelector, namespace: &N) -> bool {
+    let label = |key: &str| {
+        namespace
+            .label(key)
+            .or_else(|| (key == NAMESPACE_NAME_LABEL).then(|| namespace.name()))
+    };
+    let labels_match = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(key, value)| label(key) == Some(value.as_str()));
+    labels_match
+        && selector
+            .match_expressions
+            .iter()
+            .flatten()
+            .all(|requirement| {
+                let value = label(&requirement.key);
+                let listed = |value: &str| {
+                    requirement
+                        .values
+                        .iter()
+                        .flatten()
+                        .any(|listed| listed == value)
+                };
+                match requirement.operator.as_str() {
+                    "In" => value.is_some_and(listed),
+                    "NotIn" => value.is_none_or(|value| !listed(value)),
+                    "Exists" => value.is_some(),
+                    "DoesNotExist" => value.is_none(),
+                    _ => false,
+                }
+            })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +280,46 @@ mod tests {
         #[case] internet: bool,
     ) {
         assert_eq!(opens_internet(&blocks(given)), internet);
+    }
+
+    /// A namespace as the reconciler's cache holds it.
+    fn namespace(
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[rstest]
+    #[case::everything(serde_json::json!({}), true)]
+    #[case::match_labels(serde_json::json!({"matchLabels": {"team": "a"}}), true)]
+    #[case::match_labels_other(serde_json::json!({"matchLabels": {"team": "b"}}), false)]
+    #[case::by_name_label_not_cached(serde_json::json!({"matchLabels": {NAMESPACE_NAME_LABEL: "team-a"}}), true)]
+    #[case::in_list(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]}), true)]
+    #[case::not_in_list(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}), false)]
+    #[case::not_in_absent(serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}), true)]
+    #[case::exists(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]}), true)]
+    #[case::does_not_exist(serde_json::json!({"matchExpressions": [{"key": "opt-out", "operator": "DoesNotExist"}]}), true)]
+    #[case::all_must_hold(serde_json::json!({"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}), false)]
+    #[case::unknown_operator(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "Gt", "values": ["1"]}]}), false)]
+    fn label_selectors_select_as_the_api_server_does(
+        #[case] selector: serde_json::Value,
+        #[case] selected: bool,
+    ) {
+        let selector: LabelSelector = serde_json::from_value(selector).unwrap();
+        assert_eq!(
+            selects(&selector, &namespace("team-a", &[("team", "a")])),
+            selected
+        );
     }
 
     #[rstest]

@@ -12,7 +12,8 @@ use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use namespace_baseline_core::doors::{DnsService, Reachability, check_dns_door};
-use namespace_baseline_core::holes::Hole;
+use namespace_baseline_core::facts::PolicyFacts;
+use namespace_baseline_core::holes::{Hole, Width, namespace_reach};
 use namespace_baseline_core::identity::CLEANUP_FINALIZER;
 use namespace_baseline_core::plan::{
     self as core_plan, Baseline, Decision, Planner, decide, wants_finalizer,
@@ -254,6 +255,27 @@ struct Converged {
     error: Option<Error>,
 }
 
+/// Adds to each hole that selects namespaces how many of the live namespaces it reaches
+/// ("2 of 214 namespaces"), read from the caches: every namespace, not only a scoped
+/// reconcile's, and the policy wherever it is. The namespaces are read only when such a hole
+/// is reported.
+fn measure_reach(holes: &mut [(String, Hole)], caches: &Caches) {
+    let selecting = |hole: &Hole| matches!(hole.width, Width::Cluster | Width::Namespaces);
+    if !holes.iter().any(|(_, hole)| selecting(hole)) {
+        return;
+    }
+    let namespaces = caches.namespaces.state();
+    for (namespace, hole) in holes.iter_mut().filter(|(_, hole)| selecting(hole)) {
+        let policy = caches
+            .policies
+            .get(&ObjectRef::new(&hole.policy).within(namespace));
+        hole.reach = policy
+            .as_ref()
+            .and_then(|policy| policy.spec())
+            .and_then(|spec| namespace_reach(spec, hole, &namespaces));
+    }
+}
+
 async fn converge(
     baseline: &NamespaceBaseline,
     ctx: &Context,
@@ -300,7 +322,8 @@ async fn converge(
             }),
     };
     let found = core_plan::holes(&planner, policies);
-    let (holes, new_holes) = ctx.state.holes.update(&name, scope, &found);
+    let (mut holes, new_holes) = ctx.state.holes.update(&name, scope, &found);
+    measure_reach(&mut holes, &ctx.caches);
     report.holes = Some(holes);
     report.dns = if baseline.spec.allow_dns {
         ctx.caches

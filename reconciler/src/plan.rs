@@ -17,6 +17,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use namespace_baseline_core::LabelSelector;
+use namespace_baseline_core::holes::namespace_reach;
 use namespace_baseline_core::identity::{GROUP, KIND, VERSION, dns_policy_name, managed_selector};
 use namespace_baseline_core::spec::{DeletionPolicy, Mode, NamespaceBaseline};
 use namespace_baseline_core::wall::{Change, drifted_fields};
@@ -152,6 +153,19 @@ pub struct State {
     pub dns: Vec<DnsObject>,
     /// What was read but ignored, and why.
     pub notes: Vec<String>,
+}
+
+impl State {
+    /// The NetworkPolicy `name` in `namespace`, if it was read.
+    fn policy(&self, namespace: &str, name: &str) -> Option<&NetworkPolicy> {
+        self.policies
+            .iter()
+            .find(|policy| {
+                policy.metadata.namespace.as_deref() == Some(namespace)
+                    && policy.metadata.name.as_deref() == Some(name)
+            })
+            .map(|policy| &**policy)
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -716,7 +730,13 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, state: &State) -> Baseli
         Decision::Converge(planner) => {
             report.holes = namespace_baseline_core::plan::holes(&planner, &state.policies)
                 .into_iter()
-                .map(|(namespace, hole)| HoleItem { namespace, hole })
+                .map(|(namespace, mut hole)| {
+                    hole.reach = state
+                        .policy(&namespace, &hole.policy)
+                        .and_then(|policy| policy.spec.as_ref())
+                        .and_then(|spec| namespace_reach(spec, &hole, &state.namespaces));
+                    HoleItem { namespace, hole }
+                })
                 .collect();
             for namespace in planner.namespaces() {
                 if namespace.selected {

@@ -359,6 +359,46 @@ fn a_document_that_is_not_an_object_is_an_error() {
     );
 }
 
+/// A hole that selects namespaces says how many of the cluster's live namespaces it reaches:
+/// `NotIn` terms alone are a `Cluster` hole (every namespace created later joins it), and
+/// `plan` counts what it opens today.
+#[test]
+fn a_hole_that_selects_namespaces_counts_the_namespaces_it_reaches() {
+    let mut state = from_manifests(&options(
+        &["converged/baseline.yaml"],
+        Some("converged/cluster"),
+    ))
+    .unwrap();
+    let all_but_team_b: NetworkPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "from-all-but-team-b", "namespace": "team-a"},
+        "spec": {"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": ["team-b"]}
+        ]}}]}]},
+    }))
+    .unwrap();
+    state.policies.push(Arc::new(all_but_team_b));
+    let live = state
+        .namespaces
+        .iter()
+        .filter(|namespace| namespace.metadata.deletion_timestamp.is_none())
+        .count();
+    let report = plan(&state);
+    let holes: Vec<String> = report.baselines[0]
+        .holes
+        .iter()
+        .map(|item| format!("{}: {}", item.namespace, item.hole))
+        .collect();
+    assert_eq!(
+        holes,
+        [format!(
+            "team-a: NetworkPolicy from-all-but-team-b ingress rule 0 opens every port to every pod of the cluster ({} of {live} namespaces)",
+            live - 1
+        )]
+    );
+}
+
 /// Every policy is read, as the reconciler watches them all: the managed ones are the wall,
 /// the others are holes in it where the baseline guards their namespace (allow-web,
 /// `ingress: [{}]`, in team-b once team-b is guarded too).

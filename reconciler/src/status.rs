@@ -397,8 +397,35 @@ mod tests {
                 rule: 0,
                 width,
                 all_ports: true,
+                reach: None,
             },
         )
+    }
+
+    #[test]
+    fn a_cluster_breach_says_how_many_live_namespaces_it_reaches() {
+        let mut all = hole("all-but-one", Width::Cluster);
+        all.1.reach = Some(namespace_baseline_core::holes::NamespaceReach {
+            reached: 212,
+            of: 214,
+        });
+        let breached = Report {
+            holes: Some(vec![all]),
+            ..report()
+        };
+        let sealed = condition(&desired(None, &breached, &time(100)), SEALED).clone();
+        assert_eq!(
+            (
+                sealed.status.as_str(),
+                sealed.reason.as_str(),
+                sealed.message.as_str()
+            ),
+            (
+                "False",
+                "OpenToCluster",
+                "team-a: NetworkPolicy all-but-one ingress rule 0 opens every port to every pod of the cluster (212 of 214 namespaces)"
+            )
+        );
     }
 
     #[test]

@@ -26,7 +26,6 @@ struct Target {
     /// `resource` or `resource/subresource`.
     resource: String,
     operation: String,
-    namespace: String,
 }
 
 fn text(value: &Value) -> String {
@@ -46,7 +45,6 @@ fn target(request: &Value) -> Target {
             format!("{name}/{sub}")
         },
         operation: text(&request["operation"]),
-        namespace: text(&request["namespace"]),
     }
 }
 
