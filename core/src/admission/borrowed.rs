@@ -92,9 +92,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for MetadataView<'a> {
     }
 }
 
-/// Reads `metadata` as the derived reader of [`super::MetadataView`] does: `name`,
-/// `namespace` and `labels` (`null` labels are none, as some clients send "no labels"), each
-/// at most once, and every other field kept as JSON (the last of a repeated one winning).
+/// Reads `metadata` as [`super::MetadataView`]'s reader does: `name`, `namespace` and
+/// `labels` (`null` labels are none, as some clients send "no labels"), each at most once,
+/// every field the rules compare kept as JSON (the last of a repeated one winning), and the
+/// others skipped unread ([`is_compared_metadata`]).
 struct MetadataVisitor;
 
 impl<'de> Visitor<'de> for MetadataVisitor {
@@ -128,6 +129,9 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                     first(2, "labels")?;
                     metadata.labels = map.next_value::<Option<Labels<'de>>>()?.unwrap_or_default();
                 }
+                field if !is_compared_metadata(field) => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
                 _ => {
                     let value = map.next_value()?;
                     metadata.other.insert(key, value);
@@ -136,6 +140,30 @@ impl<'de> Visitor<'de> for MetadataVisitor {
         }
         Ok(metadata)
     }
+}
+
+/// The fields of `metadata` the API server sets itself on every write (or keeps from the
+/// stored object whatever the request says): they differ between a request and the stored
+/// object without anyone having changed them, so the rules never compare them.
+pub(crate) const SERVER_SET_METADATA: [&str; 8] = [
+    "resourceVersion",
+    "managedFields",
+    "generation",
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+];
+
+/// Whether the rules read this field of `metadata` (beyond name, namespace and labels):
+/// every field but the annotations, which anyone may edit, and the ones the API server sets,
+/// except `deletionTimestamp`, which says a policy or namespace is being deleted. The others
+/// are skipped unread, so that their size and depth (a `managedFields` entry mirrors the
+/// object) never make a request unreadable.
+pub(crate) fn is_compared_metadata(field: &str) -> bool {
+    field == "deletionTimestamp"
+        || (field != "annotations" && !SERVER_SET_METADATA.contains(&field))
 }
 
 /// [`super::LiveBaseline`], borrowed from the host's answer.

@@ -1,6 +1,7 @@
 //! One pure function per admission case. Each message names the object, the rule, and what
 //! to do instead.
 
+use super::borrowed::SERVER_SET_METADATA;
 use super::json::Json;
 use super::netpol::{self, SPEC};
 use super::view::{GuardRef, Labels, LiveBaselineRef, ObjectRef, RequestRef, claims_management};
@@ -145,20 +146,6 @@ fn review_policy_create(new: &ObjectRef<'_>) -> Verdict {
         policy_ref(new)
     ))
 }
-
-/// The fields of `metadata` the API server sets itself on every write (or keeps from the
-/// stored object whatever the request says): they differ between a request and the stored
-/// object without anyone having changed them.
-const SERVER_SET_METADATA: [&str; 8] = [
-    "resourceVersion",
-    "managedFields",
-    "generation",
-    "uid",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "selfLink",
-];
 
 /// Why a field of a managed policy's metadata may not change, for the fields where it is
 /// not obvious.

@@ -508,7 +508,11 @@ fn make(rng: &mut Rng, family: &'static str, index: usize, base: &Base) -> Case 
                 && request["kind"]["kind"] == "NetworkPolicy"
                 && request["oldObject"]["metadata"]["labels"]["app.kubernetes.io/managed-by"]
                     == "namespace-baseline";
-            if let Some(metadata) = request["object"]["metadata"].as_object_mut() {
+            if let Some(metadata) = request
+                .get_mut("object")
+                .and_then(|object| object.get_mut("metadata"))
+                .and_then(Value::as_object_mut)
+            {
                 metadata.insert((*field).to_owned(), value);
             }
             expect = if managed_update {
