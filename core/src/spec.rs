@@ -217,6 +217,17 @@ pub enum Mode {
     Audit,
 }
 
+/// The schema of `status.holes`: counts whose format Kubernetes knows (`int32`; schemars
+/// would write `uint32`, which the API server warns about on every CRD apply).
+#[cfg(feature = "crd")]
+fn hole_counts_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "nullable": true,
+        "additionalProperties": {"type": "integer", "format": "int32", "minimum": 0},
+    })
+}
+
 /// What the reconciler reports. Written only through the status subresource.
 ///
 /// Unknown fields are preserved, as in the seed schema, so a status written by an older or
@@ -244,10 +255,12 @@ pub struct NamespaceBaselineStatus {
     /// Managed NetworkPolicies repaired since the baseline was created (deleted, or their
     /// spec or labels changed, and put back): what an alert on tampering watches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "crd", schemars(extend("format" = "int64")))]
     pub drift_repairs: Option<u64>,
     /// Rules of other NetworkPolicies that open the wall in the namespaces it covers, by how
     /// far they open it (`World`, `Cluster`, `Namespaces`, `Pods`, `Addresses`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "crd", schemars(schema_with = "hole_counts_schema"))]
     pub holes: Option<BTreeMap<String, u32>>,
     /// `Ready`, `Degraded`, `Sealed` (no hole to the world or the whole cluster) and
     /// `DNSReachable` (the DNS door opens onto the DNS Service's endpoints), in the

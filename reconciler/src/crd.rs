@@ -26,6 +26,80 @@ mod tests {
         );
     }
 
+    /// The `format`s the API server's CRD validation knows; any other makes it warn
+    /// (`unrecognized format "uint32"`) on every apply of the CRD.
+    const KNOWN_FORMATS: [&str; 29] = [
+        "bsonobjectid",
+        "uri",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "cidr",
+        "mac",
+        "uuid",
+        "uuid3",
+        "uuid4",
+        "uuid5",
+        "isbn",
+        "isbn10",
+        "isbn13",
+        "creditcard",
+        "ssn",
+        "hexcolor",
+        "rgbcolor",
+        "byte",
+        "password",
+        "date",
+        "duration",
+        "datetime",
+        "date-time",
+        "int32",
+        "int64",
+        "float",
+        "double",
+    ];
+
+    fn formats(schema: &Value, path: &str, found: &mut Vec<(String, String)>) {
+        match schema {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    if key == "format" {
+                        if let Some(format) = value.as_str() {
+                            found.push((path.to_owned(), format.to_owned()));
+                        }
+                    } else {
+                        formats(value, &format!("{path}.{key}"), found);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    formats(item, &format!("{path}[{index}]"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_format_is_one_the_api_server_knows() {
+        let mut found = Vec::new();
+        formats(&schema(), "openAPIV3Schema", &mut found);
+        assert!(
+            !found.is_empty(),
+            "the schema names formats (int32, date-time)"
+        );
+        let unknown: Vec<&(String, String)> = found
+            .iter()
+            .filter(|(_, format)| !KNOWN_FORMATS.contains(&format.as_str()))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "formats the API server does not know (it warns on every apply): {unknown:?}"
+        );
+    }
+
     fn schema() -> Value {
         let crd = serde_json::to_value(NamespaceBaseline::crd()).unwrap();
         crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
