@@ -94,13 +94,17 @@ build_binary() {
       build=("$CARGO" zigbuild)
       ;;
   esac
-  nsb_say "building the reconciler for $triple (release profile; a cold build takes 5-10 minutes on 2 cores)"
+  out="$(nsb_target_dir)/$triple/release/namespace-baseline-reconciler"
+  if [[ -x "$out" ]]; then
+    nsb_say "the reconciler for $triple is built: cargo checks it is current (release profile)"
+  else
+    nsb_say "building the reconciler for $triple (release profile; a cold build takes 5-10 minutes on 2 cores)"
+  fi
   t0=$SECONDS
   env ${tool_path:+PATH="$tool_path:$PATH"} \
     "CARGO_TARGET_${env_triple}_RUSTFLAGS=--remap-path-prefix=$ROOT=/namespace-baseline --remap-path-prefix=$cargo_home=/cargo" \
     "${build[@]}" -p namespace-baseline-reconciler --bin namespace-baseline-reconciler \
     --release --locked --target "$triple"
-  out="$(nsb_target_dir)/$triple/release/namespace-baseline-reconciler"
   [[ -x "$out" ]] || { echo "!! $out was not built" >&2; exit 1; }
   # Static: no program interpreter. Right machine. No path of this machine inside.
   if readelf -lW "$out" | grep >/dev/null 'program interpreter'; then

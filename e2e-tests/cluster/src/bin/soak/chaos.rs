@@ -177,6 +177,8 @@ impl<'c> Chaos<'c> {
         let mut schedule = disruptions(options);
         self.proxy().set_probability(self.faults);
         let started = Instant::now();
+        // When the disruption being retried was first due.
+        let mut deferred: Option<Duration> = None;
         println!(
             "[chaos] {} disruptions over {:?}",
             schedule.len(),
@@ -190,12 +192,27 @@ impl<'c> Chaos<'c> {
                 .is_some_and(|(at, _)| started.elapsed() >= *at)
             {
                 let (at, disruption) = schedule.remove(0);
-                println!(
-                    "[chaos {:>5.1}s] {disruption:?} (due at {at:.0?})",
-                    started.elapsed().as_secs_f64()
-                );
-                if !self.disrupt(disruption, options).await? {
+                // Said once per disruption, not on each retry while a handover is under way.
+                if deferred.is_none() {
+                    println!(
+                        "[chaos {:>5.1}s] {disruption:?} (due at {at:.0?})",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                if self.disrupt(disruption, options).await? {
+                    if let Some(since) = deferred.take() {
+                        println!(
+                            "[chaos {:>5.1}s] {disruption:?} done, {:.0?} late: it waited for a handover",
+                            started.elapsed().as_secs_f64(),
+                            started.elapsed().saturating_sub(since)
+                        );
+                    }
+                } else {
                     // A handover is under way: try again in a second.
+                    if deferred.is_none() {
+                        println!("[chaos] {disruption:?} waits for the handover under way");
+                        deferred = Some(at);
+                    }
                     schedule.insert(0, (started.elapsed() + Duration::from_secs(1), disruption));
                 }
                 continue;
