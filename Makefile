@@ -37,7 +37,7 @@ policy.wasm: wasm-target wasm-opt
 
 KWCTL ?= kwctl
 annotated-policy.wasm: policy.wasm metadata.yml
-	@command -v '$(KWCTL)' >/dev/null || { echo "kwctl not found: install it from https://github.com/kubewarden/kwctl to annotate the policy" >&2; exit 1; }
+	@command -v '$(KWCTL)' >/dev/null || { echo "kwctl not found: install it from https://github.com/kubewarden/adm-controller/releases (kwctl >= 1.35 keeps hostCapabilities) to annotate the policy" >&2; exit 1; }
 	'$(KWCTL)' annotate policy.wasm --metadata-path metadata.yml --output-path annotated-policy.wasm
 
 # The browser playground (playground/): the core's and the policy's decisions compiled to
@@ -296,7 +296,7 @@ image: reconciler-static
 .PHONY: push
 push:
 	@test -n '$(REGISTRY)' || { echo "!! make push needs REGISTRY, e.g. make image push REGISTRY=registry.example.com/team" >&2; exit 1; }
-	@command -v '$(KWCTL)' >/dev/null || { echo "!! kwctl not found ($(KWCTL)): make push publishes the policy with kwctl annotate + kwctl push only, since policy-server refuses a module without kwctl's annotation (\"Policy is missing protocol version\"); install kwctl from https://github.com/kubewarden/kwctl/releases. Nothing was pushed." >&2; exit 1; }
+	@command -v '$(KWCTL)' >/dev/null || { echo "!! kwctl not found ($(KWCTL)): make push publishes the policy with kwctl annotate + kwctl push only, since policy-server refuses a module without kwctl's annotation (\"Policy is missing protocol version\"); install kwctl from https://github.com/kubewarden/adm-controller/releases. Nothing was pushed." >&2; exit 1; }
 	$(MAKE) --no-print-directory annotated-policy.wasm KWCTL='$(KWCTL)'
 	e2e-tests/image/push.sh --image '$(IMAGE)' --policy '$(POLICY_REF)' --platforms '$(PLATFORMS)' --kwctl '$(KWCTL)'
 
