@@ -57,7 +57,7 @@ fi
 
 apply() { "$MANIFESTS" apply --field-manager nsb-manifests-check "$@"; }
 
-nsb_say "Kubewarden's ClusterAdmissionPolicy CRD (minimal copy, e2e-tests/manifests/)"
+nsb_say "Kubewarden's ClusterAdmissionPolicy CRD (v1.35.0's schema, e2e-tests/manifests/)"
 apply e2e-tests/manifests/kubewarden-clusteradmissionpolicy-crd.yaml
 HELM="$("$ROOT/charts/install-helm.sh" --print-path)"
 helm() { "$HELM" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
@@ -100,7 +100,31 @@ kind: NamespaceBaseline
 metadata: {name: not-equal}
 spec: {namespaceLabel: "baseline!=guarded"}
 YAML
-for bad in bad-policy bad-baseline; do
+cat >"$WORK/bad-timeout.yaml" <<'YAML'
+apiVersion: policies.kubewarden.io/v1
+kind: ClusterAdmissionPolicy
+metadata: {name: timeout-too-long}
+spec:
+  module: registry://ghcr.io/hedronite/policies/namespace-baseline:v0.1.0
+  mutating: false
+  timeoutSeconds: 60
+  rules: []
+YAML
+nsb_say "v1.35.0's fields are known (dryRun=All): message, timeoutEvalSeconds, allowInsideAdmissionControllerNamespace"
+cat >"$WORK/current-fields.yaml" <<'YAML'
+apiVersion: policies.kubewarden.io/v1
+kind: ClusterAdmissionPolicy
+metadata: {name: current-fields}
+spec:
+  module: registry://ghcr.io/hedronite/policies/namespace-baseline:v0.1.0
+  mutating: false
+  message: the network wall refused this request
+  timeoutEvalSeconds: 5
+  allowInsideAdmissionControllerNamespace: false
+  rules: []
+YAML
+apply --dry-run "$WORK/current-fields.yaml" >/dev/null
+for bad in bad-policy bad-timeout bad-baseline; do
   if out="$(apply --dry-run "$WORK/$bad.yaml" 2>&1)"; then
     echo "$out"
     echo "!! $bad.yaml was accepted: the validation does not bite" >&2
