@@ -6,7 +6,7 @@
 //! leave as two small writes; Nagle holds the request until the server acknowledges the
 //! `Finished`, and a Go API server, with nothing to send at that point, delays that
 //! acknowledgement by Linux's 40 ms. So the first request on every resumed connection took
-//! ~42 ms instead of ~2 (BENCHMARKS.md, "Small N with more repetitions"): the first repair
+//! ~42 ms instead of ~2 (docs/benchmarks-history.md, "Small N with more repetitions"): the first repair
 //! after a restart, any write that finds no idle connection in the pool. Go's own clients set
 //! `TCP_NODELAY`, as this one now does.
 //!

@@ -145,7 +145,7 @@ pub struct RunOptions {
     pub api_door_policy: Option<String>,
 
     /// Write requests in flight within one reconcile. 64: the API server's own floor for the
-    /// wall's server-side applies was lowest there (BENCHMARKS.md, "At the API server's floor").
+    /// wall's server-side applies was lowest there (docs/benchmarks-history.md, "At the API server's floor").
     #[arg(long, global = true, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 }

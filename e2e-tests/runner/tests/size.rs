@@ -35,7 +35,7 @@ fn the_policy_module_stays_within_its_size_budget() {
     );
     assert!(
         size <= BUDGET,
-        "{} is {size} bytes, over its budget of {BUDGET}: was it built with make policy.wasm (the policy profile, then wasm-opt -Oz)? If so, look at what grew (twiggy top/dominators, BENCHMARKS.md) before raising the budget",
+        "{} is {size} bytes, over its budget of {BUDGET}: was it built with make policy.wasm (the policy profile, then wasm-opt -Oz)? If so, look at what grew (twiggy top/dominators, docs/benchmarks-history.md) before raising the budget",
         path.display()
     );
 }

@@ -23,7 +23,7 @@
 //! ones [`REPS`] times: at 100 namespaces a run takes ~0.1 s and about one run in three, the
 //! reconciler's and the floor's alike, meets an API server that spends about twice the CPU on
 //! the same applies, so the median of a few runs says more about which runs were slow than
-//! about the reconciler (BENCHMARKS.md, "Small N with more repetitions").
+//! about the reconciler (docs/benchmarks-history.md, "Small N with more repetitions").
 //!
 //! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50]
 //! [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32]
