@@ -359,6 +359,15 @@ fn a_document_that_is_not_an_object_is_an_error() {
     );
 }
 
+/// The first baseline's holes as `namespace: hole`.
+fn hole_lines(report: &Report) -> Vec<String> {
+    report.baselines[0]
+        .holes
+        .iter()
+        .map(|item| format!("{}: {}", item.namespace, item.hole))
+        .collect()
+}
+
 /// A hole that selects namespaces says how many of the cluster's live namespaces it reaches:
 /// `NotIn` terms alone are a `Cluster` hole (every namespace created later joins it), and
 /// `plan` counts what it opens today.
@@ -385,13 +394,8 @@ fn a_hole_that_selects_namespaces_counts_the_namespaces_it_reaches() {
         .filter(|namespace| namespace.metadata.deletion_timestamp.is_none())
         .count();
     let report = plan(&state);
-    let holes: Vec<String> = report.baselines[0]
-        .holes
-        .iter()
-        .map(|item| format!("{}: {}", item.namespace, item.hole))
-        .collect();
     assert_eq!(
-        holes,
+        hole_lines(&report),
         [format!(
             "team-a: NetworkPolicy from-all-but-team-b ingress rule 0 opens every port to every pod of the cluster ({} of {live} namespaces)",
             live - 1
@@ -432,13 +436,8 @@ fn every_policy_is_read_and_the_others_are_holes() {
         }
     }
     let report = plan(&state);
-    let holes: Vec<String> = report.baselines[0]
-        .holes
-        .iter()
-        .map(|item| format!("{}: {}", item.namespace, item.hole))
-        .collect();
     assert_eq!(
-        holes,
+        hole_lines(&report),
         ["team-b: NetworkPolicy allow-web ingress rule 0 opens every port to the whole internet"]
     );
     assert_eq!((report.summary.holes, report.summary.breaches), (1, 1));

@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 
 use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Deref;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -74,8 +76,8 @@ pub struct ObjectView<'a> {
     pub spec: Json<'a>,
 }
 
-/// [`super::MetadataView`], borrowed. Read by [`MetadataVisitor`] rather than derived: its
-/// `other` fields are what serde's `flatten` collects, without the buffering `flatten` adds
+/// [`super::MetadataView`], borrowed. Read by [`read_metadata`] rather than derived: its
+/// `other` fields are the compared ones only, without the buffering serde's `flatten` adds
 /// to the wasm module.
 #[derive(Clone, Default)]
 pub struct MetadataView<'a> {
@@ -88,25 +90,63 @@ pub struct MetadataView<'a> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for MetadataView<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(MetadataVisitor)
+        let fields = read_metadata::<D, Text<'a>, Labels<'a>, Json<'a>>(deserializer)?;
+        Ok(Self {
+            name: fields.name,
+            namespace: fields.namespace,
+            labels: fields.labels,
+            other: fields.other,
+        })
     }
 }
 
-/// Reads `metadata` as [`super::MetadataView`]'s reader does: `name`, `namespace` and
-/// `labels` (`null` labels are none, as some clients send "no labels"), each at most once,
-/// every field the rules compare kept as JSON (the last of a repeated one winning), and the
-/// others skipped unread ([`is_compared_metadata`]).
-struct MetadataVisitor;
+/// The fields of `metadata` the rules read, in either reader's types: text `T` (a borrowed
+/// [`Text`] or a `String`), labels `L` and JSON values `V`.
+pub(crate) struct MetadataFields<T, L, V> {
+    pub name: T,
+    pub namespace: T,
+    pub labels: L,
+    pub other: BTreeMap<T, V>,
+}
 
-impl<'de> Visitor<'de> for MetadataVisitor {
-    type Value = MetadataView<'de>;
+/// Reads `metadata` the one way both readers ([`MetadataView`] and
+/// [`super::MetadataView`]) read it: `name`, `namespace` and `labels` (`null` labels are
+/// none, as some clients send "no labels"), each at most once, every field the rules compare
+/// kept as JSON (the last of a repeated one winning), and the others skipped unread
+/// ([`is_compared_metadata`]).
+pub(crate) fn read_metadata<'de, D, T, L, V>(
+    deserializer: D,
+) -> Result<MetadataFields<T, L, V>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default + Ord + Deref<Target = str>,
+    L: Deserialize<'de> + Default,
+    V: Deserialize<'de>,
+{
+    deserializer.deserialize_map(MetadataVisitor(PhantomData))
+}
+
+struct MetadataVisitor<T, L, V>(PhantomData<(T, L, V)>);
+
+impl<'de, T, L, V> Visitor<'de> for MetadataVisitor<T, L, V>
+where
+    T: Deserialize<'de> + Default + Ord + Deref<Target = str>,
+    L: Deserialize<'de> + Default,
+    V: Deserialize<'de>,
+{
+    type Value = MetadataFields<T, L, V>;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
         formatter.write_str("struct MetadataView")
     }
 
-    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<MetadataView<'de>, M::Error> {
-        let mut metadata = MetadataView::default();
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut metadata = MetadataFields {
+            name: T::default(),
+            namespace: T::default(),
+            labels: L::default(),
+            other: BTreeMap::new(),
+        };
         let mut seen = [false; 3];
         let mut first = |index: usize, field: &'static str| {
             if std::mem::replace(&mut seen[index], true) {
@@ -115,7 +155,7 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                 Ok(())
             }
         };
-        while let Some(key) = map.next_key::<Text<'de>>()? {
+        while let Some(key) = map.next_key::<T>()? {
             match &*key {
                 "name" => {
                     first(0, "name")?;
@@ -127,7 +167,7 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                 }
                 "labels" => {
                     first(2, "labels")?;
-                    metadata.labels = map.next_value::<Option<Labels<'de>>>()?.unwrap_or_default();
+                    metadata.labels = map.next_value::<Option<L>>()?.unwrap_or_default();
                 }
                 field if !is_compared_metadata(field) => {
                     map.next_value::<de::IgnoredAny>()?;

@@ -6,13 +6,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use std::fmt;
-
 use serde::Deserialize;
-use serde::de::{self, MapAccess, Visitor};
 use serde_json::Value;
 
-use super::borrowed::is_compared_metadata;
+use super::borrowed::read_metadata;
 
 #[derive(Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
@@ -67,59 +64,17 @@ pub struct MetadataView {
     pub other: BTreeMap<String, Value>,
 }
 
-/// Read as the payload's borrowed view reads it (`borrowed::MetadataVisitor`), so that
-/// exactly the same requests read.
+/// Read as the payload's borrowed view reads it ([`read_metadata`]), so that exactly the
+/// same requests read.
 impl<'de> Deserialize<'de> for MetadataView {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(MetadataVisitor)
-    }
-}
-
-struct MetadataVisitor;
-
-impl<'de> Visitor<'de> for MetadataVisitor {
-    type Value = MetadataView;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("struct MetadataView")
-    }
-
-    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<MetadataView, M::Error> {
-        let mut metadata = MetadataView::default();
-        let mut seen = [false; 3];
-        let mut first = |index: usize, field: &'static str| {
-            if std::mem::replace(&mut seen[index], true) {
-                Err(de::Error::duplicate_field(field))
-            } else {
-                Ok(())
-            }
-        };
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "name" => {
-                    first(0, "name")?;
-                    metadata.name = map.next_value()?;
-                }
-                "namespace" => {
-                    first(1, "namespace")?;
-                    metadata.namespace = map.next_value()?;
-                }
-                "labels" => {
-                    first(2, "labels")?;
-                    metadata.labels = map
-                        .next_value::<Option<BTreeMap<String, String>>>()?
-                        .unwrap_or_default();
-                }
-                field if !is_compared_metadata(field) => {
-                    map.next_value::<de::IgnoredAny>()?;
-                }
-                _ => {
-                    let value = map.next_value()?;
-                    metadata.other.insert(key, value);
-                }
-            }
-        }
-        Ok(metadata)
+        let fields = read_metadata::<D, String, BTreeMap<String, String>, Value>(deserializer)?;
+        Ok(Self {
+            name: fields.name,
+            namespace: fields.namespace,
+            labels: fields.labels,
+            other: fields.other,
+        })
     }
 }
 

@@ -187,6 +187,39 @@ struct Replica {
     leases: FakeLeases,
 }
 
+/// Replicas `a` and `b` running their election loops, `a` holding the Lease.
+struct Running {
+    a_gate: Arc<LeaderGate>,
+    b_gate: Arc<LeaderGate>,
+    a_stop: oneshot::Sender<()>,
+    b_stop: oneshot::Sender<()>,
+    a_task: tokio::task::JoinHandle<()>,
+    b_task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts `a` (the Lease's holder on `server`) and `b`, and lets them settle for 5 s: `a`
+/// leads, `b` stands by.
+async fn a_leads_and_b_stands_by(server: &FakeLeases) -> Running {
+    server.server().write_as("a");
+    let a = replica("a", server);
+    let b = replica("b", server);
+    let (a_gate, b_gate) = (a.gate.clone(), b.gate.clone());
+    let (a_stop, a_stopped) = oneshot::channel();
+    let (b_stop, b_stopped) = oneshot::channel();
+    let a_task = tokio::spawn(a.elector.run(a_stopped));
+    let b_task = tokio::spawn(b.elector.run(b_stopped));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(a_gate.is_leading() && !b_gate.holding());
+    Running {
+        a_gate,
+        b_gate,
+        a_stop,
+        b_stop,
+        a_task,
+        b_task,
+    }
+}
+
 fn replica(name: &str, server: &FakeLeases) -> Replica {
     let gate = Arc::new(LeaderGate::elected(Timing::DEFAULT));
     let leases = server.connect();
@@ -507,16 +540,14 @@ async fn a_write_in_flight_at_shutdown_ends_before_the_successor_writes(
     #[case] answered_after: Option<Duration>,
 ) {
     let server = FakeLeases::default();
-    server.server().write_as("a");
-    let a = replica("a", &server);
-    let b = replica("b", &server);
-    let (a_gate, b_gate) = (a.gate.clone(), b.gate.clone());
-    let (a_stop, a_stopped) = oneshot::channel();
-    let (b_stop, b_stopped) = oneshot::channel();
-    let a_task = tokio::spawn(a.elector.run(a_stopped));
-    let b_task = tokio::spawn(b.elector.run(b_stopped));
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(a_gate.is_leading() && !b_gate.holding());
+    let Running {
+        a_gate,
+        b_gate,
+        a_stop,
+        b_stop,
+        a_task,
+        b_task,
+    } = a_leads_and_b_stands_by(&server).await;
 
     let state = Arc::new(crate::state::State::new(a_gate.clone()));
     let write = tokio::spawn(async move {
@@ -643,16 +674,14 @@ async fn a_holder_whose_lease_was_deleted_has_lost_it() {
 #[tokio::test(start_paused = true)]
 async fn a_deleted_lease_stops_its_holder_and_no_one_leads_for_a_lease_duration() {
     let server = FakeLeases::default();
-    server.server().write_as("a");
-    let a = replica("a", &server);
-    let b = replica("b", &server);
-    let (a_gate, b_gate) = (a.gate.clone(), b.gate.clone());
-    let (a_stop, a_stopped) = oneshot::channel();
-    let (b_stop, b_stopped) = oneshot::channel();
-    let a_task = tokio::spawn(a.elector.run(a_stopped));
-    let b_task = tokio::spawn(b.elector.run(b_stopped));
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(a_gate.is_leading() && !b_gate.holding());
+    let Running {
+        a_gate,
+        b_gate,
+        a_stop,
+        b_stop,
+        a_task,
+        b_task,
+    } = a_leads_and_b_stands_by(&server).await;
 
     server.server().lease = None;
     let deleted = Instant::now();
