@@ -185,7 +185,7 @@ where
 /// The fields of `metadata` the API server sets itself on every write (or keeps from the
 /// stored object whatever the request says): they differ between a request and the stored
 /// object without anyone having changed them, so the rules never compare them.
-pub(crate) const SERVER_SET_METADATA: [&str; 8] = [
+const SERVER_SET_METADATA: [&str; 8] = [
     "resourceVersion",
     "managedFields",
     "generation",

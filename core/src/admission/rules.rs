@@ -1,7 +1,6 @@
 //! One pure function per admission case. Each message names the object, the rule, and what
 //! to do instead.
 
-use super::borrowed::SERVER_SET_METADATA;
 use super::json::Json;
 use super::netpol::{self, SPEC};
 use super::view::{GuardRef, Labels, LiveBaselineRef, ObjectRef, RequestRef, claims_management};
@@ -195,12 +194,14 @@ fn review_policy_update(old: &ObjectRef<'_>, new: &ObjectRef<'_>) -> Verdict {
             ));
         }
     }
+    // The metadata reader kept only the fields the rules compare, and `deletionTimestamp`,
+    // which the API server sets and which is read, not compared.
     let (before, after) = (&old.metadata.other, &new.metadata.other);
     let changed = before
         .keys()
         .chain(after.keys())
         .map(|field| &**field)
-        .filter(|field| *field != "annotations" && !SERVER_SET_METADATA.contains(field))
+        .filter(|field| *field != "deletionTimestamp")
         .find(|field| {
             let (before, after) = (before.get(*field), after.get(*field));
             !(metadata_eq(before, after)
