@@ -219,7 +219,7 @@ hack-check: cargo-hakari
 
 # The oldest Rust the crates users build accept (rust-version in Cargo.toml): core, the
 # policy (for wasm32-wasip1, as it ships), the reconciler, the playground. The test tools
-# (e2e runner, demo) need 1.95, wasmtime 48's. Checked in CI (.ci/run).
+# (the e2e runner) needs 1.95, wasmtime 48's. Checked in CI (.ci/run).
 MSRV := $(shell awk -F'"' '/^rust-version/ { print $$2; exit }' Cargo.toml)
 .PHONY: msrv
 msrv:

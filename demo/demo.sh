@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make demo`: from a fresh clone to "I saw it hold the wall", one command.
 #
-# Builds what it needs (the wasm32-wasip1 target and the policy module, the reconciler and the demo
-# binary, the local kube-apiserver + etcd from Go modules), starts the control plane, runs
-# demo/src/main.rs against it, and stops everything it started, whatever happens (trap).
+# Builds what it needs (the reconciler and the demo binary, debug; the local kube-apiserver +
+# etcd from Go modules, at the same time), starts the control plane, runs demo/src/main.rs
+# against it, and stops everything it started, whatever happens (trap). The policy module is not
+# built: the demo asks the core it is compiled from (make e2e-tests runs the module itself).
 #
 # Needs: rustup/cargo, Go (>= 1.26, or a Go that may fetch it), openssl, curl, make.
 # Environment: CARGO (default cargo), CARGO_TARGET_DIR, NSB_CACHE_DIR (control plane binaries;
@@ -33,10 +34,15 @@ fi
 
 STATE_DIR=""
 DEMO_DIR=""
+cp_build=""
 ok=0
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  if [[ -n "$cp_build" ]] && kill -0 "$cp_build" 2>/dev/null; then
+    nsb_say "stopping the control plane's build"
+    kill -TERM -- "-$cp_build" 2>/dev/null || true
+  fi
   if [[ -n "$DEMO_DIR" && -f "$DEMO_DIR/reconciler.pid" ]]; then
     local pid; pid="$(cat "$DEMO_DIR/reconciler.pid")"
     if [[ "$(cat "/proc/$pid/cmdline" 2>/dev/null | tr '\0' ' ')" == *namespace-baseline-reconciler* ]]; then
@@ -64,29 +70,42 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 TARGET_DIR="$(nsb_target_dir)"
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { s = b - a; if (s < 90) printf "%.0f s", s; else printf "%d min %02d s", s / 60, s % 60 }'; }
 
-# The policy module as `make policy.wasm` builds it (without wasm-opt, which the demo does not
-# need), from cargo's actual target directory (CARGO_TARGET_DIR).
-nsb_say "1/3 building the policy for wasm32-wasip1"
-if ! rustup target list --installed | grep -x >/dev/null wasm32-wasip1; then
-  nsb_say "    installing the Rust wasm32-wasip1 target (rustup target add)"
-  rustup target add wasm32-wasip1
+# The Go control plane and the Rust programs build at the same time: on a fresh machine each
+# spends part of its build on one core (downloads, linking, the serial tail of a big crate),
+# and the other takes up the slack. Cached, both are a few seconds.
+CP_LOG="$(mktemp "${TMPDIR:-/tmp}/nsb-demo-control-plane.XXXXXX")"
+built_started=$EPOCHREALTIME
+cp_dir="$("$CP/build.sh" --print-dir)"
+if [[ -x "$cp_dir/kube-apiserver" && -x "$cp_dir/etcd" ]]; then cp_cached=1; else cp_cached=0; fi
+setsid "$CP/build.sh" >"$CP_LOG" 2>&1 &
+cp_build=$!
+if [[ $cp_cached == 1 ]]; then
+  nsb_say "1/2 the local control plane (kube-apiserver + etcd): cached in ${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline}"
+else
+  nsb_say "1/2 building the local control plane (kube-apiserver + etcd from Go modules) in the background:"
+  nsb_say "    first time only, about 4-12 minutes on 2 cores (module downloads included), cached in ${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline}"
 fi
-"$CARGO" build --locked -p namespace-baseline-policy --target wasm32-wasip1 --profile policy
-# The demo runs it from there rather than writing policy.wasm at the root, so that a later
-# `make unit-tests` never finds an unoptimised policy.wasm there (its size test expects
-# `make policy.wasm`'s).
-DEMO_POLICY="$TARGET_DIR/wasm32-wasip1/policy/namespace_baseline_policy.wasm"
 
-nsb_say "2/3 building the reconciler and the demo (the first build compiles ~350 crates: 10-25 minutes on 2 cores)"
-"$CARGO" build --locked -p namespace-baseline-reconciler -p namespace-baseline-demo
+nsb_say "2/2 building the reconciler and the demo (debug; a first build compiles ~300 crates: about 8-12 minutes on 2 cores, seconds afterwards)"
+rust_started=$EPOCHREALTIME
+"$CARGO" build --locked -p namespace-baseline-reconciler -p namespace-baseline-demo \
+  --bin namespace-baseline-reconciler --bin namespace-baseline-demo
 RECONCILER_BIN="$TARGET_DIR/debug/namespace-baseline-reconciler"
 DEMO_BIN="$TARGET_DIR/debug/namespace-baseline-demo"
 [[ -x "$RECONCILER_BIN" && -x "$DEMO_BIN" ]] || die "binaries not found in $TARGET_DIR/debug"
+nsb_say "    the reconciler and the demo built in $(since "$rust_started")"
 
-nsb_say "3/3 the local control plane: kube-apiserver + etcd built from Go modules"
-nsb_say "    (first use only: downloads the modules and compiles, 3-6 minutes; cached in ${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline})"
-"$CP/build.sh" >/dev/null
+if kill -0 "$cp_build" 2>/dev/null; then
+  nsb_say "    waiting for the control plane's build ($(since "$built_started") so far; progress: $CP_LOG)"
+fi
+if ! wait "$cp_build"; then
+  cat "$CP_LOG" >&2
+  die "the control plane did not build (log above)"
+fi
+rm -f "$CP_LOG"
+nsb_say "    ready to start after $(since "$built_started") of building"
 STATE_DIR="$("$CP/start.sh" 2>"${TMPDIR:-/tmp}/nsb-demo-start.$$.log" | tail -n 1)" || {
   cat "${TMPDIR:-/tmp}/nsb-demo-start.$$.log" >&2; die "the control plane did not start"; }
 rm -f "${TMPDIR:-/tmp}/nsb-demo-start.$$.log"
@@ -99,7 +118,7 @@ DEMO_DIR="$(mktemp -d "${TMPDIR:-/tmp}/nsb-demo.XXXXXX")"
 
 echo
 demo_started=$EPOCHREALTIME
-NSB_RECONCILER_BIN="$RECONCILER_BIN" NSB_POLICY_WASM="$DEMO_POLICY" NSB_DEMO_DIR="$DEMO_DIR" \
+NSB_RECONCILER_BIN="$RECONCILER_BIN" NSB_DEMO_DIR="$DEMO_DIR" \
   KUBECONFIG="$KUBECONFIG" "$DEMO_BIN"
 echo
 ok=1

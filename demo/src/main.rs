@@ -1,14 +1,15 @@
 //! `make demo`: the wall held, on a real kube-apiserver, told as a person would read it.
 //!
-//! Run by `demo/demo.sh`, which builds this binary, the reconciler and `policy.wasm`, starts
+//! Run by `demo/demo.sh`, which builds this binary and the reconciler, starts
 //! the local control plane (e2e-tests/control-plane) and stops it afterwards. This program:
 //! installs the CRD and RBAC of `deploy/`, starts the reconciler as its own ServiceAccount,
 //! creates 20 namespaces (10 labelled `baseline=guarded`) and the seed's NamespaceBaseline,
 //! and shows the walls appearing, the status, a deleted and a widened policy coming back, a
-//! namespace labelled late; then it runs the built policy on the demo's own requests.
+//! namespace labelled late; then it asks the admission decisions (the core that `policy.wasm`
+//! is compiled from) about the demo's own requests.
 //!
-//! Environment: `KUBECONFIG` (admin), `NSB_RECONCILER_BIN`, `NSB_POLICY_WASM` (default
-//! `policy.wasm` at the repository root), `NSB_DEMO_DIR` (logs; default a temporary dir).
+//! Environment: `KUBECONFIG` (admin), `NSB_RECONCILER_BIN`, `NSB_DEMO_DIR` (logs; default a
+//! temporary dir).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,12 +25,12 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
+use namespace_baseline_core::admission::{self, HostCapabilities, Verdict};
 use namespace_baseline_core::identity::{
     RECONCILER_NAMESPACE, deny_all_policy_name, dns_policy_name, managed_selector,
     reconciler_username,
 };
 use namespace_baseline_core::spec::NamespaceBaseline;
-use namespace_baseline_e2e::{Cluster, PolicyHost};
 use namespace_baseline_harness::apply::Applier;
 use namespace_baseline_harness::manifests::{self, Manifest};
 use namespace_baseline_harness::process::{ReconcilerProcess, Spawn};
@@ -301,7 +302,7 @@ impl Demo {
         self.delete_namespace("demo-10").await?;
         self.print_baselines().await?;
 
-        self.section("6. The admission policy: the built policy.wasm on the demo's requests");
+        self.section("6. The admission policy's decisions on the demo's requests");
         self.replay_through_policy().await?;
 
         self.section("7. Done");
@@ -836,39 +837,24 @@ impl Demo {
     /// Runs the built policy on the demo's requests, as Kubewarden's policy-server would
     /// with the settings of deploy/admission-policy.yaml and the live NamespaceBaselines.
     async fn replay_through_policy(&mut self) -> Result<()> {
-        let wasm_path =
-            env_path("NSB_POLICY_WASM").unwrap_or_else(|| self.root.join("policy.wasm"));
-        let wasm = std::fs::read(&wasm_path)
-            .with_context(|| format!("reading {} (make policy.wasm)", wasm_path.display()))?;
         let policy = self.documents("deploy/admission-policy.yaml")?;
         let policy = policy
             .first()
             .context("deploy/admission-policy.yaml is empty")?;
         let settings = policy.object["spec"]["settings"].clone();
-        let loaded = Instant::now();
-        let mut host = PolicyHost::new(&wasm).context("loading the policy")?;
-        let valid = host.validate_settings(&settings)?;
-        ensure!(
-            valid.response.valid,
-            "settings refused: {:?}",
-            valid.response.message
+        if let Some(problem) = admission::settings_problem(settings.to_string().as_bytes()) {
+            anyhow::bail!("settings refused: {problem}");
+        }
+        self.say(
+            "asked of namespace_baseline_core natively, the code policy.wasm is compiled from (the module itself runs in a waPC host in `make e2e-tests`, under kwctl, and in the playground)",
         );
-        self.say(format!(
-            "{} ({} KiB) compiled and loaded in a waPC host (wasmtime, as Kubewarden's policy-server) in {}",
-            wasm_path.file_name().and_then(|n| n.to_str()).unwrap_or("policy.wasm"),
-            wasm.len() / 1024,
-            took(loaded.elapsed())
-        ));
         self.more(format!(
             "settings of deploy/admission-policy.yaml: {settings} -> valid; contextAware: the guarded labels are read from the live NamespaceBaselines"
         ));
-        let baselines: Vec<Value> = Api::<NamespaceBaseline>::all(self.admin.clone())
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<_, _>>()?;
+        // The host calls are answered with this API server's own bytes, as policy-server's
+        // list_resources_all and get_resource answer them.
+        let host =
+            LiveAnswers::read(&self.admin, &["demo-03", "demo-04", "demo-05", "demo-10"]).await?;
 
         let live = |namespace: &str| {
             let client = self.admin.clone();
@@ -894,13 +880,7 @@ impl Demo {
         }
         let terminating = live("demo-10").await?;
         // The namespace controller's exemption holds only in a namespace being deleted: the
-        // policy reads it through the host, as policy-server's get_resource would.
-        let cluster = Cluster {
-            baselines: baselines.clone(),
-            namespaces: vec![json!(namespaces.get("demo-10").await?)],
-            host_error: None,
-        };
-
+        // core reads it through the host, as policy-server's get_resource would.
         let cases = [
             (
                 "admin deletes NetworkPolicy demo-03/".to_owned() + &name + " (step 4)",
@@ -942,31 +922,37 @@ impl Demo {
         ];
         let (mut refused, mut allowed, mut unexpected) = (0, 0, 0);
         for (what, request, expect_allowed) in cases {
-            let evaluation = host.validate_in(&settings, &request, &cluster)?;
-            let response = evaluation.response;
-            let calls = evaluation.host_calls.iter().filter(|c| !c.is_log()).count();
-            let verdict = if response.accepted {
-                "ALLOWED"
-            } else {
-                "DENIED "
-            };
-            let mark = if response.accepted == expect_allowed {
+            let payload = json!({"settings": settings, "request": request}).to_string();
+            host.calls.set(0);
+            let started = Instant::now();
+            let verdict = admission::evaluate_in_host(payload.as_bytes(), &host)
+                .map_err(|error| anyhow::anyhow!("the core could not read the request: {error}"))?;
+            let elapsed = started.elapsed();
+            let calls = host.calls.get();
+            let accepted = verdict.is_allowed();
+            let shown = if accepted { "ALLOWED" } else { "DENIED " };
+            let mark = if accepted == expect_allowed {
                 ""
             } else {
                 unexpected += 1;
                 "  <- UNEXPECTED"
             };
-            if response.accepted {
+            if accepted {
                 allowed += 1;
             } else {
                 refused += 1;
             }
             println!(
-                "  {verdict} {what}  [{}, {calls} host call{}]{mark}",
-                took(evaluation.elapsed),
+                "  {shown} {what}  [{}, {calls} host call{}]{mark}",
+                took(elapsed),
                 if calls == 1 { "" } else { "s" }
             );
-            if let Some(message) = response.message {
+            let message = match &verdict {
+                Verdict::Deny(message) => Some(message.clone()),
+                Verdict::Warn(warnings) => Some(warnings.join("; ")),
+                Verdict::Allow => None,
+            };
+            if let Some(message) = message {
                 println!("{}", wrap(&format!("\"{message}\""), 10));
             }
         }
@@ -975,9 +961,62 @@ impl Demo {
             "{unexpected} verdict(s) differ from what the design says"
         );
         self.figures.push(format!(
-            "the built policy refused {refused} of the demo's requests and allowed {allowed} (the namespace controller, the reconciler)"
+            "the admission decisions refused {refused} of the demo's requests and allowed {allowed} (the namespace controller, the reconciler)"
         ));
         Ok(())
+    }
+}
+
+/// The answers to the core's host calls, read from the API server before the requests are
+/// asked (the core's host interface is synchronous, as the waPC host's is): the baselines'
+/// list and the namespaces the demo's requests name, each as the server's own JSON.
+struct LiveAnswers {
+    baselines: Vec<u8>,
+    namespaces: BTreeMap<String, Vec<u8>>,
+    calls: std::cell::Cell<usize>,
+}
+
+impl LiveAnswers {
+    async fn read(client: &Client, namespaces: &[&str]) -> Result<Self> {
+        let get = |path: String| {
+            let client = client.clone();
+            async move {
+                let request = http::Request::get(&path).body(Vec::new())?;
+                let text = client
+                    .request_text(request)
+                    .await
+                    .with_context(|| format!("GET {path}"))?;
+                anyhow::Ok(text.into_bytes())
+            }
+        };
+        let baselines = get("/apis/hedronite.io/v1alpha1/namespacebaselines".to_owned()).await?;
+        let mut answers = BTreeMap::new();
+        for name in namespaces {
+            answers.insert(
+                (*name).to_owned(),
+                get(format!("/api/v1/namespaces/{name}")).await?,
+            );
+        }
+        Ok(Self {
+            baselines,
+            namespaces: answers,
+            calls: std::cell::Cell::new(0),
+        })
+    }
+}
+
+impl HostCapabilities for LiveAnswers {
+    fn list_baselines(&self) -> Result<Vec<u8>, String> {
+        self.calls.set(self.calls.get() + 1);
+        Ok(self.baselines.clone())
+    }
+
+    fn get_namespace(&self, name: &str) -> Result<Vec<u8>, String> {
+        self.calls.set(self.calls.get() + 1);
+        self.namespaces
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("the demo did not read namespace {name} beforehand"))
     }
 }
 
