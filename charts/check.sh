@@ -92,6 +92,8 @@ refused "an IPv6 listen host without brackets" "at '/reconciler/listenHost'" --s
 refused "a policy mode of another case" "at '/admissionPolicy/mode'" --set admissionPolicy.mode=Protect
 refused "a failure policy of another case" "at '/admissionPolicy/failurePolicy'" --set admissionPolicy.failurePolicy=fail
 refused "a webhook timeout over 30 s" "at '/admissionPolicy/timeoutSeconds'" --set admissionPolicy.timeoutSeconds=60
+refused "a PodMonitor interval in words" "at '/reconciler/podMonitor/interval'" --set reconciler.podMonitor.interval=thirty
+refused "a misspelt PodMonitor key" "at '/reconciler/podMonitor': additional properties 'intervall' not allowed" --set reconciler.podMonitor.intervall=1m
 refused "a label value that is not a string" "at '/commonLabels/example.com~1critical'" --set commonLabels.example\\.com/critical=true
 
 # The API door is made per cluster: deploy/ leaves it to `api-door -o manifest`, which
@@ -120,12 +122,16 @@ expect everything "namespaceLabel: example.com/guard=nsb-everything"
 # Kubewarden itself; a condition on a namespace name would leave its namesakes unguarded).
 no_line everything '^ *matchConditions:'
 expect everything "containerPort: 9090"
+# The PodMonitor scrapes the container port by its name, every replica, in its namespace only.
+expect everything "kind: PodMonitor"
+expect everything "release: kube-prometheus-stack"
+expect everything "interval: 1m"
 expect everything "image: registry.example.com/mirror/namespace-baseline-reconciler@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 if "$HELM" template namespace-baseline "$CHART" --set reconciler.image.digest=latest >/dev/null 2>&1; then
   echo "!! reconciler.image.digest=latest was accepted: only sha256:<64 hex> may be" >&2; exit 1
 fi
 no_line everything '^ *namespaceSelector:'
-for kind in Namespace Role RoleBinding NetworkPolicy PodDisruptionBudget NamespaceBaseline ClusterAdmissionPolicy; do
+for kind in Namespace Role RoleBinding NetworkPolicy PodDisruptionBudget NamespaceBaseline ClusterAdmissionPolicy PodMonitor; do
   no_kind minimal "$kind"
 done
 expect minimal "- --leader-election=false"
