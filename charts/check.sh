@@ -142,5 +142,16 @@ policy="$ROOT/deploy/admission-policy.yaml"
 grep -qE '^  backgroundAudit: false$' "$policy" || { echo "!! $policy: backgroundAudit must be false" >&2; exit 1; }
 ! grep -qE '^  matchConditions:' "$policy" || { echo "!! $policy: no matchConditions (a condition on a namespace name leaves any namespace of that name unguarded; SECURITY.md)" >&2; exit 1; }
 ! grep -qE '^ *namespaceSelector:' "$policy" || { echo "!! $policy: no namespaceSelector (it cannot see a label removal)" >&2; exit 1; }
+# Chart.yaml's Artifact Hub annotations name what the chart ships: the image of appVersion and
+# the CRD of crds/.
+chart_yaml="$CHART/Chart.yaml"
+app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$chart_yaml")"
+grep -qF "image: ghcr.io/hedronite/namespace-baseline-reconciler:$app_version" "$chart_yaml" ||
+  { echo "!! $chart_yaml: artifacthub.io/images does not name the reconciler $app_version" >&2; exit 1; }
+crd_name="$(sed -n 's/^  name: \(.*hedronite\.io\)$/\1/p' "$ROOT/deploy/crd.yaml" | head -n 1)"
+crd_kind="$(sed -n 's/^    kind: //p' "$ROOT/deploy/crd.yaml" | head -n 1)"
+grep -qF "name: $crd_name" "$chart_yaml" && grep -qF "kind: $crd_kind" "$chart_yaml" ||
+  { echo "!! $chart_yaml: artifacthub.io/crds does not name $crd_kind ($crd_name) of deploy/crd.yaml" >&2; exit 1; }
+nsb_say "Chart.yaml: artifacthub.io/images names the reconciler $app_version, artifacthub.io/crds $crd_kind"
 nsb_say "deploy/admission-policy.yaml: metadata.yml's rules, contextAwareResources and backgroundAudit; no matchConditions; no namespaceSelector"
 nsb_say "chart check passed (renderings in $OUT)"
