@@ -7,6 +7,9 @@ WASM_TARGET := wasm32-wasip1
 POLICY_PACKAGE := namespace-baseline-policy
 POLICY_ARTIFACT := $(or $(CARGO_TARGET_DIR),target)/$(WASM_TARGET)/policy/namespace_baseline_policy.wasm
 FIXTURES := e2e-tests/fixtures
+# Where the tools built once per version go (the scripts of e2e-tests/ and charts/ read the same
+# variable).
+NSB_CACHE_DIR ?= $(HOME)/.cache/namespace-baseline
 
 .PHONY: all
 all: policy.wasm
@@ -50,7 +53,7 @@ PLAYGROUND_ARTIFACT := $(or $(CARGO_TARGET_DIR),target)/$(PLAYGROUND_TARGET)/pol
 PLAYGROUND_DIST := playground/dist
 PLAYGROUND_TESTS_OUT := $(or $(CARGO_TARGET_DIR),target)/playground-tests
 WASM_BINDGEN_VERSION = $(shell awk '$$1 == "name" && $$3 == "\"wasm-bindgen\"" { getline; gsub(/"/, "", $$3); print $$3; exit }' Cargo.lock)
-WASM_BINDGEN_ROOT = $(HOME)/.cache/namespace-baseline/tools/wasm-bindgen-$(WASM_BINDGEN_VERSION)
+WASM_BINDGEN_ROOT = $(NSB_CACHE_DIR)/tools/wasm-bindgen-$(WASM_BINDGEN_VERSION)
 WASM_BINDGEN = $(WASM_BINDGEN_ROOT)/bin/wasm-bindgen
 
 .PHONY: playground-target
@@ -197,7 +200,7 @@ test: setup
 # dependency; CI runs `make hack-check`. cargo-hakari is installed once per version outside
 # the repository.
 HAKARI_VERSION := 0.9.39
-HAKARI_ROOT = $(HOME)/.cache/namespace-baseline/tools/cargo-hakari-$(HAKARI_VERSION)
+HAKARI_ROOT = $(NSB_CACHE_DIR)/tools/cargo-hakari-$(HAKARI_VERSION)
 HAKARI = $(HAKARI_ROOT)/bin/cargo-hakari
 
 .PHONY: cargo-hakari
