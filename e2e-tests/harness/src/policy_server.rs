@@ -15,8 +15,9 @@ use crate::wait_until;
 
 /// The stand-in binary (`cargo build -p namespace-baseline-webhook`).
 pub const ENV_WEBHOOK_BIN: &str = "NSB_WEBHOOK_BIN";
-/// The policy module it runs (default: the repository's `policy.wasm`).
-pub const ENV_POLICY_WASM: &str = "NSB_POLICY_WASM";
+/// The policy module it runs (default: the repository's `policy.wasm`, `make policy.wasm`):
+/// the variable the runner's tests read too.
+pub const ENV_POLICY_WASM: &str = "POLICY_WASM";
 
 /// How to start the stand-in.
 #[derive(Debug, Clone)]
@@ -94,18 +95,16 @@ impl PolicyServerProcess {
     /// with its log when it exits or does not get there within `timeout`.
     pub async fn wait_ready(&mut self, timeout: Duration) -> Result<String> {
         let result = wait_until("the stand-in policy-server to serve", timeout, || {
-            let exited = self.exit_status();
-            let ca = std::fs::read_to_string(&self.ca_file).ok();
-            async move {
-                if let Some(status) = exited {
-                    return Err(anyhow!("it exited ({status})"));
-                }
-                Ok(ca)
-            }
+            // Exited is final: stop waiting (with its status) instead of timing out.
+            let outcome = match self.exit_status() {
+                Some(status) => Some(Err(anyhow!("it exited ({status})"))),
+                None => std::fs::read_to_string(&self.ca_file).ok().map(Ok),
+            };
+            async move { Ok(outcome) }
         })
         .await;
-        match result {
-            Ok((ca, _)) => Ok(ca),
+        match result.and_then(|(outcome, _)| outcome) {
+            Ok(ca) => Ok(ca),
             Err(error) => Err(error.context(self.log_tail(40))),
         }
     }
