@@ -6,7 +6,9 @@
 //! Read with the stand-in's kubeconfig: run it as the policy-server's ServiceAccount and the
 //! reads succeed or fail exactly as `deploy/policy-server-rbac.yaml` lets them. A read that
 //! fails makes every host call of that evaluation fail with the API server's message
-//! ([`Cluster::host_error`]), which is how the policy sees an unreachable or forbidding API.
+//! ([`Cluster::host_error`]), which is how the policy sees an unreachable or forbidding API
+//! (coarser than the policy-server, where only the call reading that kind fails: the
+//! runner's `Cluster` has one error for every call).
 //!
 //! Adding a kind the policy reads is one line in [`read`] (with its [`Kind`] and the field of
 //! [`Cluster`] that the runner answers it from).
@@ -80,9 +82,21 @@ pub fn request_namespaces(request: &AdmissionRequest) -> Vec<String> {
 /// becomes a [`Cluster::host_error`].
 pub async fn snapshot(client: &Client, request: &AdmissionRequest) -> Cluster {
     read(client, request).await.unwrap_or_else(|error| Cluster {
-        host_error: Some(format!("{error:#}")),
+        host_error: Some(host_error(&error)),
         ..Cluster::default()
     })
+}
+
+/// What a failed host call says: the API server's own message when it answered (as the
+/// policy-server passes it on), else the whole error.
+pub fn host_error(error: &anyhow::Error) -> String {
+    error
+        .chain()
+        .find_map(|cause| match cause.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(status)) => Some(status.message.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| format!("{error:#}"))
 }
 
 /// Everything the host calls can ask about `request`, one line per kind.
@@ -154,6 +168,21 @@ mod tests {
         #[case] path: &str,
     ) {
         assert_eq!(kind.collection_path(namespace), path);
+    }
+
+    #[test]
+    fn a_host_error_is_the_api_servers_message() {
+        let forbidden = kube::Error::Api(Box::new(
+            kube::core::Status::failure("namespaces \"a\" is forbidden", "Forbidden")
+                .with_code(403),
+        ));
+        let error = anyhow::Error::from(forbidden).context("get /api/v1/namespaces/a");
+        assert_eq!(host_error(&error), "namespaces \"a\" is forbidden");
+        let other = anyhow::anyhow!("connection refused").context("list /api/v1/namespaces");
+        assert_eq!(
+            host_error(&other),
+            "list /api/v1/namespaces: connection refused"
+        );
     }
 
     #[test]
