@@ -204,6 +204,7 @@ async fn every_fixture_gets_its_verdict_through_the_stand_in() {
             }
         }
     }
+    eprintln!("{answered} fixtures answered by the policy, {refused} refused before it ran");
     assert!(failures.is_empty(), "{failures:#?}");
     assert!(answered >= 100, "only {answered} fixtures answered");
     // odd-empty-request: `{}` has no uid, kind, resource, operation nor userInfo.
