@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Cluster end-to-end tests: the generated CRD, deploy/rbac.yaml and the reconciler binary
-# (run as its ServiceAccount, with a TokenRequest token) against a real kube-apiserver.
+# (run as its ServiceAccount, with a TokenRequest token) against a real kube-apiserver, and
+# the admission policy in that API server's admission chain (s12: policy.wasm in the stand-in
+# policy-server of e2e-tests/webhook, registered as Kubewarden would register it).
 #
 #   e2e-tests/cluster-tests.sh [extra libtest args, e.g. a test name filter]
 #
@@ -10,7 +12,9 @@
 # stopped on exit (KEEP_STATE=1 keeps its directory: logs, audit log). Exit code: the tests'.
 #
 # Environment: CARGO (default cargo), CARGO_TARGET_DIR (default: cargo's), NSB_RECONCILER_LOG
-# (RUST_LOG of the reconcilers), TEST_KUBECONFIG / NSB_AUDIT_LOG / NSB_SKIP_AUDIT as above.
+# (RUST_LOG of the reconcilers), TEST_KUBECONFIG / NSB_AUDIT_LOG / NSB_SKIP_AUDIT as above,
+# NSB_RECONCILER_BIN / NSB_WEBHOOK_BIN (binaries built already), POLICY_WASM (the module the
+# stand-in runs; default: policy.wasm, built from the current source by make policy.wasm).
 # The s9 scenarios restart the local control plane's API server through NSB_STATE_DIR
 # (exported from its env file); against a TEST_KUBECONFIG cluster that step fails unless
 # NSB_SKIP_APISERVER_RESTART=1 skips it (loudly).
@@ -24,6 +28,9 @@ cd "$ROOT"
 
 # The reconciler under test: the image's static release binary (session.sh).
 nsb_reconciler_bin
+# The stand-in policy-server, in the tests' profile: its waPC host is the one the unit tests
+# built (wasmtime compiled once); the test binaries themselves never link it.
+nsb_webhook_bin
 nsb_say "building the tests"
 "$CARGO" test -p namespace-baseline-cluster-tests --locked --no-run
 

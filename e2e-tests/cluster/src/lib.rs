@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 
 pub use namespace_baseline_core::identity::{FIELD_MANAGER, deny_all_policy_name, dns_policy_name};
 
+pub mod admission;
 pub mod faults;
 pub mod flags;
 pub mod leadership;
@@ -147,7 +148,8 @@ pub struct Cluster {
 
 impl Cluster {
     /// Connects as admin, applies `deploy/crd.yaml` and `deploy/rbac.yaml` (server-side apply),
-    /// and removes every NamespaceBaseline left by an earlier test.
+    /// and removes every NamespaceBaseline, and the admission policy's webhook configuration
+    /// ([`admission`]), left by an earlier test.
     ///
     /// Panics when `TEST_KUBECONFIG` is not set: a missing control plane must never look like
     /// a pass.
@@ -171,6 +173,7 @@ impl Cluster {
             work_dir,
         };
         cluster.install().await?;
+        cluster.remove_leftover_admission_chain().await?;
         cluster.remove_all_baselines().await?;
         Ok(cluster)
     }

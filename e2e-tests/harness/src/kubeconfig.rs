@@ -1,5 +1,6 @@
-//! Kubeconfigs for the reconciler's ServiceAccount, so that the demo and the cluster tests
-//! run it with exactly the permissions `deploy/rbac.yaml` grants, not the admin's.
+//! Kubeconfigs for a ServiceAccount (the reconciler's, the policy-server's), so that the demo
+//! and the cluster tests run each program with exactly the permissions `deploy/` grants it,
+//! not the admin's.
 
 use std::path::Path;
 
@@ -43,7 +44,25 @@ pub async fn write_reconciler_kubeconfig(
     cluster: Value,
     path: &Path,
 ) -> Result<()> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), RECONCILER_NAMESPACE);
+    write_service_account_kubeconfig(
+        admin,
+        cluster,
+        (RECONCILER_NAMESPACE, RECONCILER_SERVICE_ACCOUNT),
+        path,
+    )
+    .await
+}
+
+/// Writes to `path` a kubeconfig that reaches `cluster` as the ServiceAccount `account`
+/// (namespace, name), with an hour-long TokenRequest token that `admin` asks for.
+pub async fn write_service_account_kubeconfig(
+    admin: &Client,
+    cluster: Value,
+    account: (&str, &str),
+    path: &Path,
+) -> Result<()> {
+    let (namespace, name) = account;
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
@@ -52,9 +71,9 @@ pub async fn write_reconciler_kubeconfig(
         ..TokenRequest::default()
     };
     let token = accounts
-        .create_token_request(RECONCILER_SERVICE_ACCOUNT, &PostParams::default(), &request)
+        .create_token_request(name, &PostParams::default(), &request)
         .await
-        .context("TokenRequest for the reconciler's ServiceAccount")?
+        .with_context(|| format!("TokenRequest for the ServiceAccount {namespace}/{name}"))?
         .status
         .context("TokenRequest without status")?
         .token;
@@ -62,10 +81,10 @@ pub async fn write_reconciler_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": RECONCILER_SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": "reconciler", "context": {
-            "cluster": "local", "user": RECONCILER_SERVICE_ACCOUNT, "namespace": RECONCILER_NAMESPACE}}],
-        "current-context": "reconciler",
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {
+            "cluster": "local", "user": name, "namespace": namespace}}],
+        "current-context": name,
     });
     std::fs::write(path, yaml::to_string(&kubeconfig)?)
         .with_context(|| format!("writing {}", path.display()))

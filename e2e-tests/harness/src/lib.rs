@@ -1,14 +1,18 @@
 //! What the demo, `nsb-manifests` and the cluster tests share: reading manifests, comparing
 //! them as objects, applying them to a cluster with server-side apply whatever their kind,
-//! kubeconfigs for the reconciler's ServiceAccount, the reconciler as a local process probed
-//! over HTTP, and one way to wait for a condition ([`wait_until`]).
+//! kubeconfigs for a ServiceAccount, the reconciler as a local process probed over HTTP, the
+//! stand-in policy-server as a local process and the webhook configuration Kubewarden would
+//! register for the policy ([`kubewarden`]), and one way to wait for a condition
+//! ([`wait_until`]).
 //!
 //! The control plane itself is started by `e2e-tests/control-plane/start.sh` (the demo's and
 //! the cluster tests' scripts call it); this crate reaches it through a kubeconfig.
 
 pub mod apply;
 pub mod kubeconfig;
+pub mod kubewarden;
 pub mod manifests;
+pub mod policy_server;
 pub mod process;
 
 use std::future::Future;

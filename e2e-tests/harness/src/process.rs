@@ -41,6 +41,22 @@ pub struct ReconcilerProcess {
     pub started: Instant,
 }
 
+/// The last `lines` lines of a process's log file, under a header naming the file.
+pub fn log_tail(log: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    let start = all.len().saturating_sub(lines);
+    let mut out = format!(
+        "--- last {} lines of {} ---\n",
+        all.len() - start,
+        log.display()
+    );
+    for line in &all[start..] {
+        writeln!(out, "{line}").expect("writing to a String");
+    }
+    out
+}
+
 /// A free port on 127.0.0.1 (bound, then released for the child to bind).
 pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -160,18 +176,7 @@ impl ReconcilerProcess {
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = self.log_text();
-        let all: Vec<&str> = text.lines().collect();
-        let start = all.len().saturating_sub(lines);
-        let mut out = format!(
-            "--- last {} lines of {} ---\n",
-            all.len() - start,
-            self.log.display()
-        );
-        for line in &all[start..] {
-            writeln!(out, "{line}").expect("writing to a String");
-        }
-        out
+        log_tail(&self.log, lines)
     }
 }
 
