@@ -203,15 +203,15 @@ hack-check: cargo-hakari
 	'$(HAKARI)' hakari generate --diff
 	'$(HAKARI)' hakari manage-deps --dry-run
 
-# The oldest Rust the crates users build accept (rust-version in Cargo.toml): core, the
-# policy (for wasm32-wasip1, as it ships), the reconciler, the playground. The test tools
+# The oldest Rust the crates users build accept (rust-version in Cargo.toml): core, the leader
+# election, the policy (for wasm32-wasip1, as it ships), the reconciler, the playground. The test tools
 # (e2e runner, demo) need 1.95, wasmtime 48's. Checked in CI (.ci/run).
 MSRV := $(shell awk -F'"' '/^rust-version/ { print $$2; exit }' Cargo.toml)
 .PHONY: msrv
 msrv:
 	@rustup toolchain list | grep >/dev/null '^$(MSRV)' || { echo ">> installing Rust $(MSRV)"; rustup toolchain install $(MSRV) --profile minimal; }
 	@rustup target list --toolchain $(MSRV) --installed | grep -x >/dev/null '$(WASM_TARGET)' || rustup target add --toolchain $(MSRV) $(WASM_TARGET)
-	$(CARGO) +$(MSRV) check --locked -p namespace-baseline-core -p namespace-baseline-reconciler -p namespace-baseline-playground
+	$(CARGO) +$(MSRV) check --locked -p namespace-baseline-core -p namespace-baseline-leader -p namespace-baseline-reconciler -p namespace-baseline-playground
 	$(CARGO) +$(MSRV) check --locked -p $(POLICY_PACKAGE) --target $(WASM_TARGET)
 
 # deploy/crd.yaml is generated from the Rust types; a reconciler test fails when stale.

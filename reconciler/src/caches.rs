@@ -401,9 +401,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::leader::LeaderGate;
     use namespace_baseline_core::holes::holes;
     use namespace_baseline_core::spec::NamespaceBaseline;
+    use namespace_baseline_leader::LeaderGate;
     use serde_json::json;
 
     /// The cache keeps of another policy only what the holes report reads: the report on the

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{ArgAction, ArgGroup, ArgMatches, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::leader::Timing;
+use namespace_baseline_leader::Timing;
 
 /// Installs and repairs the network walls declared by NamespaceBaselines.
 #[derive(Debug, Parser)]
@@ -127,7 +127,7 @@ pub struct RunOptions {
 
     /// The leader election's clocks, checked together.
     #[command(flatten)]
-    pub timing: Timing,
+    pub timing: ElectionClocks,
 
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -170,9 +170,14 @@ struct TimingFlags {
     retry_period: Duration,
 }
 
+/// The leader election's clocks, checked together ([`Timing::new`]) as the command line is
+/// parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElectionClocks(pub Timing);
+
 /// Bad clocks are a usage error at parse time, with clap's message and exit code, rather
 /// than an election that silently lets two replicas write.
-impl FromArgMatches for Timing {
+impl FromArgMatches for ElectionClocks {
     fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
         let flags = TimingFlags::from_arg_matches(matches)?;
         Timing::new(
@@ -180,6 +185,7 @@ impl FromArgMatches for Timing {
             flags.renew_deadline,
             flags.retry_period,
         )
+        .map(Self)
         .map_err(|error| clap::Error::raw(ErrorKind::ArgumentConflict, error.to_string()))
     }
 
@@ -189,7 +195,7 @@ impl FromArgMatches for Timing {
     }
 }
 
-impl clap::Args for Timing {
+impl clap::Args for ElectionClocks {
     fn augment_args(command: clap::Command) -> clap::Command {
         TimingFlags::augment_args(command)
     }
@@ -236,7 +242,7 @@ mod tests {
         assert_eq!(cli.run.lease_name, "namespace-baseline-reconciler");
         assert_eq!(cli.run.log_format, LogFormat::Text);
         assert_eq!(cli.run.concurrency, 64);
-        assert_eq!(cli.run.timing, Timing::DEFAULT);
+        assert_eq!(cli.run.timing.0, Timing::DEFAULT);
     }
 
     #[test]
@@ -248,7 +254,7 @@ mod tests {
             "500ms",
         ]);
         assert_eq!(
-            cli.run.timing,
+            cli.run.timing.0,
             Timing {
                 lease_duration: Duration::from_secs(30),
                 renew_deadline: Duration::from_secs(20),

@@ -18,9 +18,9 @@ use crate::error::ErrorClass;
 use crate::fixtures::{
     Harness, RESYNC, Recorded, baseline, failure, healthy, namespace, stored_wall,
 };
-use crate::leader::LeaderGate;
 use crate::status::{self, Report};
 use namespace_baseline_core::plan::plan;
+use namespace_baseline_leader::{LeaderGate, testing};
 
 const BASELINES: &str = "/apis/hedronite.io/v1alpha1/namespacebaselines";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
@@ -884,7 +884,7 @@ async fn a_replica_without_the_lease_writes_nothing() {
         guarded_namespaces(),
         vec![],
         Box::new(healthy),
-        LeaderGate::elected(crate::leader::Timing::DEFAULT),
+        LeaderGate::elected(namespace_baseline_leader::Timing::DEFAULT),
     );
     let error = run(&harness, baseline("guarded", seed()))
         .await
@@ -899,9 +899,9 @@ async fn a_replica_without_the_lease_writes_nothing() {
 #[tokio::test]
 async fn a_leader_in_doubt_holds_its_writes_until_a_renewal_succeeds() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let gate = LeaderGate::elected(crate::leader::Timing::DEFAULT);
-    gate.renewed(tokio::time::Instant::now());
-    gate.doubt();
+    let gate = LeaderGate::elected(namespace_baseline_leader::Timing::DEFAULT);
+    testing::renewed(&gate, tokio::time::Instant::now());
+    testing::doubt(&gate);
     let renewed = Arc::new(AtomicBool::new(false));
     let seen = renewed.clone();
     let responder = Box::new(move |request: &crate::fixtures::Recorded| {
@@ -918,7 +918,7 @@ async fn a_leader_in_doubt_holds_its_writes_until_a_renewal_succeeds() {
     let renewal = tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         renewed.store(true, Ordering::SeqCst);
-        state.leader.renewed(tokio::time::Instant::now());
+        testing::renewed(&state.leader, tokio::time::Instant::now());
     });
     run(&harness, baseline("guarded", seed())).await.unwrap();
     renewal.await.unwrap();
@@ -929,9 +929,9 @@ async fn a_leader_in_doubt_holds_its_writes_until_a_renewal_succeeds() {
 /// ... and fails as `NotLeader`, writing nothing, when no renewal comes.
 #[tokio::test(start_paused = true)]
 async fn a_leader_in_doubt_that_is_not_renewed_writes_nothing() {
-    let gate = LeaderGate::elected(crate::leader::Timing::DEFAULT);
-    gate.renewed(tokio::time::Instant::now());
-    gate.doubt();
+    let gate = LeaderGate::elected(namespace_baseline_leader::Timing::DEFAULT);
+    testing::renewed(&gate, tokio::time::Instant::now());
+    testing::doubt(&gate);
     let harness = Harness::with_gate(guarded_namespaces(), vec![], Box::new(healthy), gate);
     let error = run(&harness, baseline("guarded", seed()))
         .await

@@ -22,11 +22,11 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::controller::{Caches, Context, DnsCaches, Settings, namespace_meta};
-use crate::leader::LeaderGate;
 use crate::namespace_cache::CachedNamespace;
 use crate::policy_cache::{CachedPolicy, PolicyCache};
 use crate::retry::Retries;
 use crate::state::State;
+use namespace_baseline_leader::LeaderGate;
 
 pub const RESYNC: Duration = Duration::from_secs(300);
 

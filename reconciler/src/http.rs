@@ -89,10 +89,10 @@ async fn metrics(Shared(state): Shared<Arc<State>>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::leader::{LeaderGate, Timing};
     use axum::body::Body;
     use axum::http::Request;
     use http_body_util::BodyExt;
+    use namespace_baseline_leader::{LeaderGate, Timing};
     use tower::ServiceExt;
 
     async fn get(state: &Arc<State>, path: &str) -> (StatusCode, String) {
@@ -114,7 +114,7 @@ mod tests {
             get(&state, "/readyz").await.0,
             StatusCode::SERVICE_UNAVAILABLE
         );
-        state.leader.stand_by();
+        namespace_baseline_leader::testing::stand_by(&state.leader);
         assert_eq!(
             get(&state, "/readyz").await,
             (StatusCode::OK, "ready (standby)\n".into())

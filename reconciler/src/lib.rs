@@ -11,7 +11,6 @@ pub mod controller;
 pub mod crd;
 pub mod error;
 pub mod http;
-pub mod leader;
 pub mod metrics;
 pub mod namespace_cache;
 pub mod panics;

@@ -15,8 +15,10 @@ use crate::cli::RunOptions;
 use crate::controller::Settings;
 use crate::error::{Error, Result};
 use crate::http;
-use crate::leader::{Elector, KubeLeases, LeaderGate, RELEASE_BUDGET, Timing, identity};
 use crate::state::State;
+use namespace_baseline_leader::{
+    Elector, KubeLeases, LeaderGate, RELEASE_BUDGET, Timing, identity,
+};
 
 /// How often the main loop gives its heartbeat and looks at the gate.
 const LEADERSHIP_CHECK: Duration = Duration::from_millis(500);
@@ -50,7 +52,7 @@ pub async fn run(options: RunOptions) -> Result<()> {
         config.headers.push((USER_AGENT, agent));
     }
     let client = api_client::client(config)?;
-    let timing = options.timing;
+    let timing = options.timing.0;
     let gate = Arc::new(if options.leader_election {
         LeaderGate::elected(timing)
     } else {

@@ -9,10 +9,10 @@ use namespace_baseline_core::holes::Hole;
 
 use tokio::time::Instant;
 
-use crate::leader::LeaderGate;
 use crate::metrics::Metrics;
 use crate::retry::Retries;
 use crate::scope::Scope;
+use namespace_baseline_leader::LeaderGate;
 
 #[derive(Debug)]
 pub struct State {
@@ -152,7 +152,7 @@ impl Health {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::leader::Timing;
+    use namespace_baseline_leader::Timing;
 
     #[tokio::test(start_paused = true)]
     async fn liveness_follows_the_heartbeat() {
@@ -169,7 +169,7 @@ mod tests {
     fn readiness_needs_known_leadership_and_synced_caches_when_leading() {
         let standby = State::new(Arc::new(LeaderGate::elected(Timing::DEFAULT)));
         assert!(!standby.is_ready(), "leadership unknown");
-        standby.leader.stand_by();
+        namespace_baseline_leader::testing::stand_by(&standby.leader);
         assert!(standby.is_ready(), "a known standby is ready");
 
         let single = State::new(Arc::new(LeaderGate::always()));

@@ -15,18 +15,20 @@ use namespace_baseline_core::wall::{Change, Drift};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use namespace_baseline_leader::{NotLeader, WriteBounds};
+
 use crate::controller::Context;
 use crate::error::{Error, ErrorClass, Result};
 use crate::state::State;
 
-/// Upper bound for one write: a connection that stops answering is a transient failure,
-/// not a reconcile stuck for the client's 295 s read timeout. (A leader's writes are also
-/// bounded by its lease: [`Context::write`].)
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
-/// within a fraction of this) before it fails as `NotLeader`.
-const GATE_WAIT: Duration = Duration::from_secs(2);
+/// within a fraction of this) before it fails as `NotLeader`, and its upper bound: a
+/// connection that stops answering is a transient failure, not a reconcile stuck for the
+/// client's 295 s read timeout. (A leader's writes are also bounded by its lease.)
+const BOUNDS: WriteBounds = WriteBounds {
+    gate_wait: Duration::from_secs(2),
+    timeout: Duration::from_secs(30),
+};
 
 /// Event notes are limited to 1 kB by the API server.
 const MAX_EVENT_NOTE: usize = 1024;
@@ -41,44 +43,17 @@ impl Context {
     }
 }
 
-/// Runs one write to the API, if and while this replica may write: the gate is checked
-/// right before the request goes out (waiting briefly while a lease renewal is retried),
-/// the request is abandoned before another replica could take the lease over, and it counts
-/// as in flight at the gate until it is answered or abandoned, so that the Lease is released
-/// only after it.
+/// Runs one write to the API through the leader gate (`LeaderGate::write`): held back
+/// unless this replica may write, bounded by the lease, counted in flight until answered.
 pub(crate) async fn gated<T>(
     state: &State,
     request: impl Future<Output = kube::Result<T>>,
 ) -> Result<kube::Result<T>> {
-    if !state.leader.wait_leading(GATE_WAIT).await {
-        return Err(Error::NotLeader);
-    }
-    let write = state.leader.admit(WRITE_TIMEOUT).ok_or(Error::NotLeader)?;
-    let budget = write.budget();
-    match tokio::time::timeout(budget, request).await {
-        Ok(answer) => {
-            if answered_by_the_server(&answer) {
-                write.answered();
-            }
-            // Else dropped unanswered: a request whose connection failed may still be
-            // applied, like one that timed out.
-            Ok(answer)
-        }
-        // `write` is dropped unanswered: abandoned now.
-        Err(_) => Ok(Err(kube::Error::Service(Box::new(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no answer within {budget:?}"),
-        ))))),
-    }
-}
-
-/// Whether a write's outcome came from the API server (nothing of it can land later), as
-/// opposed to a transport failure after which the request may still be applied.
-fn answered_by_the_server<T>(answer: &kube::Result<T>) -> bool {
-    matches!(
-        answer,
-        Ok(_) | Err(kube::Error::Api(_) | kube::Error::SerdeError(_))
-    )
+    state
+        .leader
+        .write(BOUNDS, request)
+        .await
+        .map_err(|NotLeader| Error::NotLeader)
 }
 
 /// Writes made, by kind, with the drifted objects repaired.

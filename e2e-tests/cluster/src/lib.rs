@@ -466,7 +466,7 @@ impl Cluster {
                 instance,
                 args,
                 endpoint,
-                "info,namespace_baseline_reconciler=debug",
+                "info,namespace_baseline_reconciler=debug,namespace_baseline_leader=debug",
             )
             .await?;
         let port = reconciler.port;

@@ -19,11 +19,16 @@
 //!   created only after this replica has seen it missing for the lease duration, since a
 //!   deleted Lease says nothing about its holder's writes.
 
+//!
+//! The rules, in full: README.md beside this crate.
+
 mod election;
 mod gate;
+mod write;
 
 pub use election::{Elector, KubeLeases, LeaseStore, RELEASE_BUDGET, StoreError};
 pub use gate::{InFlightWrite, LeaderGate};
+pub use write::{NotLeader, WriteBounds};
 
 use std::time::Duration;
 
@@ -135,3 +140,28 @@ pub fn identity(pod_name: Option<String>) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// Puts a gate in the states its elector would, for the tests of a program that writes
+/// through it (a standby, a leader, a leader whose renewal failed). Only with the
+/// `test-support` feature: in a real process the elector alone moves the gate.
+#[cfg(feature = "test-support")]
+pub mod testing {
+    use tokio::time::Instant;
+
+    use crate::LeaderGate;
+
+    /// A renewal started at `started` succeeded: the gate opens for the renew deadline.
+    pub fn renewed(gate: &LeaderGate, started: Instant) {
+        gate.renewed(started);
+    }
+
+    /// A renewal failed: writes wait until one succeeds.
+    pub fn doubt(gate: &LeaderGate) {
+        gate.doubt();
+    }
+
+    /// This replica is a known standby.
+    pub fn stand_by(gate: &LeaderGate) {
+        gate.stand_by();
+    }
+}

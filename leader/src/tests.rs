@@ -13,6 +13,13 @@ use tokio::time::Instant;
 
 use super::*;
 
+/// A write's bounds as the reconciler's (it waits 2 s for a closed gate, 30 s at most for
+/// an answer).
+const BOUNDS: WriteBounds = WriteBounds {
+    gate_wait: Duration::from_secs(2),
+    timeout: Duration::from_secs(30),
+};
+
 type Hook = Box<dyn FnOnce(&mut Server) + Send>;
 
 /// The API server's one Lease.
@@ -529,7 +536,8 @@ async fn a_standby_waits_for_a_closed_gate_no_longer_than_it_must() {
 }
 
 /// Both replicas run their election loops; one of a's writes is under way (through the
-/// reconciler's own gated write path) when a is told to shut down. b must open its gate
+/// gated write path, [`LeaderGate::write`], as a program using this crate writes) when a is
+/// told to shut down. b must open its gate
 /// only once that write can no longer land: after its answer, or the write grace after it
 /// was abandoned at its budget; and promptly then, by a's release rather than by expiry.
 #[rstest]
@@ -549,16 +557,17 @@ async fn a_write_in_flight_at_shutdown_ends_before_the_successor_writes(
         b_task,
     } = a_leads_and_b_stands_by(&server).await;
 
-    let state = Arc::new(crate::state::State::new(a_gate.clone()));
+    let gate = a_gate.clone();
     let write = tokio::spawn(async move {
-        let result = crate::writes::gated(&state, async move {
-            match answered_after {
-                Some(after) => tokio::time::sleep(after).await,
-                None => std::future::pending().await,
-            }
-            Ok(())
-        })
-        .await;
+        let result = gate
+            .write(BOUNDS, async move {
+                match answered_after {
+                    Some(after) => tokio::time::sleep(after).await,
+                    None => std::future::pending().await,
+                }
+                Ok(())
+            })
+            .await;
         (Instant::now(), result)
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -604,13 +613,12 @@ async fn a_write_in_flight_at_shutdown_ends_before_the_successor_writes(
 async fn once_shutdown_begins_no_write_is_admitted_and_none_waits_for_the_gate() {
     let server = FakeLeases::default();
     let mut a = leader("a", &server).await;
-    let state = crate::state::State::new(a.gate.clone());
     // A renewal is being retried (a write would wait for it) when the shutdown begins.
     a.gate.doubt();
     a.gate.close();
     let asked = Instant::now();
-    let result = crate::writes::gated(&state, async { Ok(()) }).await;
-    assert!(matches!(result, Err(crate::Error::NotLeader)), "{result:?}");
+    let result = a.gate.write(BOUNDS, async { Ok(()) }).await;
+    assert!(matches!(result, Err(NotLeader)), "{result:?}");
     assert_eq!(
         asked.elapsed(),
         Duration::ZERO,
