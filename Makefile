@@ -117,6 +117,13 @@ lint:
 unit-tests: policy.wasm
 	$(CARGO) test --workspace --exclude namespace-baseline-cluster-tests --exclude namespace-baseline-registry-tests --locked
 
+# The reconciler's import graph: its layers top to bottom, each file's size in lines and its
+# arrows (reconciler/tests/layers.rs, which `make unit-tests` runs: it fails naming the edge
+# when files import each other in a circle or a layer imports from one above it).
+.PHONY: layers
+layers:
+	$(CARGO) test -p namespace-baseline-reconciler --test layers --locked -- --nocapture the_reconciler_has
+
 # Every fixture through the built module in a real waPC host (wasmtime), then through
 # kwctl (e2e-tests/kwctl.bats; every test says "skip kwctl not found" without it). The
 # context-aware fixtures need the annotated module, which kwctl itself writes.

@@ -3,14 +3,13 @@
 //! changes), and the reconciler writes those changes, the status and the Events.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use namespace_baseline_core::doors::{DnsService, Reachability, check_dns_door};
 use namespace_baseline_core::facts::PolicyFacts;
 use namespace_baseline_core::holes::{Hole, Width, namespace_reach};
@@ -25,75 +24,23 @@ use namespace_baseline_core::wall::Change;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-pub use crate::caches::{
-    Caches, DnsCaches, NamespaceMeta, namespace_meta, slim_namespace, slim_policy,
-};
-use crate::error::{Error, ErrorClass, Result};
-use crate::metrics::ReconcileResult;
-use crate::namespace_cache::CachedNamespace;
-use crate::policy_cache::CachedPolicy;
-use crate::scope::Scope;
-use crate::state::State;
-use crate::status::{self, DnsCheck, Failure, Report};
-use crate::writes::{Counts, apply, count, patch_finalizers, patch_status, publish};
-use crate::written::PendingWrites;
-
-/// The `reportingController` of the Events this reconciler publishes.
-pub const CONTROLLER_NAME: &str = "hedronite.io/namespace-baseline-reconciler";
-
-/// Tunables from the command line.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Namespaces written to in parallel.
-    pub concurrency: usize,
-    /// Requeue interval after a successful reconcile: the safety net behind the watches.
-    pub resync: Duration,
-    /// The namespace of the cluster's DNS Service, whose endpoints the DNS doors are checked
-    /// against; `None`: no check.
-    pub dns_namespace: Option<String>,
-    /// The reconciler's own NetworkPolicy (namespace, name), whose egress door to the API
-    /// server is checked against the API server's endpoints; `None`: not checked.
-    pub api_door: Option<(String, String)>,
-}
-
-/// Everything a reconcile needs, for one leadership term.
-pub struct Context {
-    pub client: Client,
-    pub caches: Caches,
-    pub recorder: Recorder,
-    pub settings: Settings,
-    /// Shared with the HTTP server and the next term.
-    pub state: Arc<State>,
-}
-
-impl Context {
-    pub fn new(
-        client: Client,
-        caches: Caches,
-        settings: Settings,
-        state: Arc<State>,
-        instance: String,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: CONTROLLER_NAME.to_owned(),
-            instance: Some(instance),
-        };
-        Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            caches,
-            settings,
-            state,
-        }
-    }
-}
+use crate::base::error::{Error, ErrorClass, Result};
+use crate::base::metrics::ReconcileResult;
+use crate::reconcile::context::Context;
+use crate::reconcile::status::{self, DnsCheck, Failure, Report};
+use crate::reconcile::writes::{Counts, apply, count, patch_finalizers, patch_status, publish};
+use crate::view::caches::{Caches, DnsCaches};
+use crate::view::namespace_cache::CachedNamespace;
+use crate::view::policy_cache::CachedPolicy;
+use crate::view::scope::Scope;
+use crate::view::written::PendingWrites;
 
 /// Reconciles one baseline. Permanent failures are reported (status, Event) and end here
 /// with `await_change`; transient ones go to [`error_policy`] for a backoff.
 pub async fn reconcile(baseline: Arc<NamespaceBaseline>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
     let name = baseline.name_any();
-    let result = crate::panics::contain(reconcile_baseline(&baseline, &ctx))
+    let result = crate::base::panics::contain(reconcile_baseline(&baseline, &ctx))
         .await
         .unwrap_or_else(|panic| Err(Failed::from(panic)));
     let (label, outcome) = match result {

@@ -11,8 +11,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tracing::info;
 
-use crate::error::{Error, Result};
-use crate::state::State;
+use crate::base::error::{Error, Result};
+use crate::reconcile::state::State;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

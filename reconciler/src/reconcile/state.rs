@@ -1,6 +1,9 @@
-//! Process-wide state, shared by every leadership term's controller and the HTTP server.
+//! Process-wide state, shared by every leadership term's controller and the HTTP server:
+//! the leader gate every write goes through ([`State::write`]), metrics, retries, health and
+//! the holes each baseline is known to have.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -9,10 +12,12 @@ use namespace_baseline_core::holes::Hole;
 
 use tokio::time::Instant;
 
-use crate::metrics::Metrics;
-use crate::retry::Retries;
-use crate::scope::Scope;
-use namespace_baseline_leader::LeaderGate;
+use crate::base::metrics::Metrics;
+use crate::base::retry::Retries;
+use crate::view::scope::Scope;
+use namespace_baseline_leader::{LeaderGate, NotLeader, WriteBounds};
+
+use crate::base::error::{Error, Result};
 
 #[derive(Debug)]
 pub struct State {
@@ -87,7 +92,29 @@ impl KnownHoles {
     }
 }
 
+/// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
+/// within a fraction of this) before it fails as `NotLeader`, and its upper bound: a
+/// connection that stops answering is a transient failure, not a reconcile stuck for the
+/// client's 295 s read timeout. (A leader's writes are also bounded by its lease.)
+const WRITE_BOUNDS: WriteBounds = WriteBounds {
+    gate_wait: Duration::from_secs(2),
+    timeout: Duration::from_secs(30),
+};
+
 impl State {
+    /// Runs one write to the API through the leader gate (`LeaderGate::write`): held back
+    /// unless this replica may write, bounded by the lease, counted in flight until
+    /// answered. Every write of the process goes through here.
+    pub async fn write<T>(
+        &self,
+        request: impl Future<Output = kube::Result<T>>,
+    ) -> Result<kube::Result<T>> {
+        self.leader
+            .write(WRITE_BOUNDS, request)
+            .await
+            .map_err(|NotLeader| Error::NotLeader)
+    }
+
     pub fn new(leader: Arc<LeaderGate>) -> Self {
         Self {
             metrics: Metrics::default(),

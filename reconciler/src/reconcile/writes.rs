@@ -1,8 +1,6 @@
-//! Every write the reconciler makes to the API: through [`Context::write`], which holds it
-//! back unless this replica may write (the leader gate) and bounds it by the lease.
-
-use std::future::Future;
-use std::time::Duration;
+//! The reconcile's writes to the API (NetworkPolicies, finalizers, status, Events), each
+//! through [`Context::write`], which holds it back unless this replica may write (the leader
+//! gate) and bounds it by the lease.
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -15,46 +13,11 @@ use namespace_baseline_core::wall::{Change, Drift};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use namespace_baseline_leader::{NotLeader, WriteBounds};
-
-use crate::controller::Context;
-use crate::error::{Error, ErrorClass, Result};
-use crate::state::State;
-
-/// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
-/// within a fraction of this) before it fails as `NotLeader`, and its upper bound: a
-/// connection that stops answering is a transient failure, not a reconcile stuck for the
-/// client's 295 s read timeout. (A leader's writes are also bounded by its lease.)
-const BOUNDS: WriteBounds = WriteBounds {
-    gate_wait: Duration::from_secs(2),
-    timeout: Duration::from_secs(30),
-};
+use crate::base::error::{Error, ErrorClass, Result};
+use crate::reconcile::context::Context;
 
 /// Event notes are limited to 1 kB by the API server.
 const MAX_EVENT_NOTE: usize = 1024;
-
-impl Context {
-    /// Runs one write to the API through [`gated`].
-    pub(crate) async fn write<T>(
-        &self,
-        request: impl Future<Output = kube::Result<T>>,
-    ) -> Result<kube::Result<T>> {
-        gated(&self.state, request).await
-    }
-}
-
-/// Runs one write to the API through the leader gate (`LeaderGate::write`): held back
-/// unless this replica may write, bounded by the lease, counted in flight until answered.
-pub(crate) async fn gated<T>(
-    state: &State,
-    request: impl Future<Output = kube::Result<T>>,
-) -> Result<kube::Result<T>> {
-    state
-        .leader
-        .write(BOUNDS, request)
-        .await
-        .map_err(|NotLeader| Error::NotLeader)
-}
 
 /// Writes made, by kind, with the drifted objects repaired.
 #[derive(Debug, Default)]

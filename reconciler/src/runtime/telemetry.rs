@@ -3,8 +3,8 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::LogFormat;
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
+use crate::runtime::cli::LogFormat;
 
 pub fn init(format: LogFormat) -> Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));

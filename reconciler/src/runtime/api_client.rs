@@ -32,7 +32,7 @@ use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::trace::TraceLayer;
 use tracing::Span;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// A client for `config`, as kube would build it but with `TCP_NODELAY` set.
 pub fn client(config: Config) -> Result<Client> {

@@ -10,12 +10,12 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-use crate::api_client;
-use crate::cli::RunOptions;
-use crate::controller::Settings;
-use crate::error::{Error, Result};
-use crate::http;
-use crate::state::State;
+use crate::base::error::{Error, Result};
+use crate::reconcile::context::Settings;
+use crate::reconcile::state::State;
+use crate::runtime::api_client;
+use crate::runtime::cli::RunOptions;
+use crate::runtime::http;
 use namespace_baseline_leader::{
     Elector, KubeLeases, LeaderGate, RELEASE_BUDGET, Timing, identity,
 };
@@ -136,7 +136,7 @@ async fn lead_while_elected(
         info!(%identity, "leading: starting the controller");
         state.metrics.set_leader(true);
         let (stop, stopped) = oneshot::channel::<()>();
-        let term = crate::watches::run(
+        let term = crate::reconcile::watches::run(
             client.clone(),
             settings.clone(),
             state.clone(),

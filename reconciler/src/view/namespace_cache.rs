@@ -11,7 +11,12 @@ use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use namespace_baseline_core::plan::NamespaceFacts;
 
-use crate::caches::NamespaceMeta;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
+
+/// A namespace as the reconciler watches it: its metadata only (name, labels, deletion).
+pub type NamespaceMeta = PartialObjectMeta<Namespace>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CachedNamespace {
@@ -119,10 +124,40 @@ pub fn cached_event(event: &watcher::Event<NamespaceMeta>) -> watcher::Event<Cac
     }
 }
 
+/// What `plan` and the tests keep of a namespace: name, labels and deletion timestamp, all a
+/// plan reads (the watch itself feeds the compact [`CachedNamespace`]).
+pub fn slim_namespace(namespace: &mut NamespaceMeta) {
+    namespace.metadata = slim_namespace_metadata(std::mem::take(&mut namespace.metadata));
+}
+
+fn slim_namespace_metadata(metadata: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: metadata.name,
+        labels: metadata.labels,
+        deletion_timestamp: metadata.deletion_timestamp,
+        ..ObjectMeta::default()
+    }
+}
+
+/// A whole Namespace as the cache holds it (for `plan` and the tests, which read whole
+/// Namespaces): its slimmed metadata.
+pub fn namespace_meta(namespace: Namespace) -> NamespaceMeta {
+    let mut meta: NamespaceMeta = PartialObjectMeta {
+        types: Some(kube::core::TypeMeta {
+            api_version: "meta.k8s.io/v1".to_owned(),
+            kind: "PartialObjectMetadata".to_owned(),
+        }),
+        metadata: namespace.metadata,
+        _phantom: std::marker::PhantomData,
+    };
+    slim_namespace(&mut meta);
+    meta
+}
+
 #[cfg(test)]
 mod tests {
+    use super::namespace_meta;
     use super::*;
-    use crate::caches::namespace_meta;
     use crate::fixtures::namespace;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;

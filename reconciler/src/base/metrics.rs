@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use namespace_baseline_core::holes::{Direction, Hole, Width};
 
-use crate::error::ErrorClass;
+use crate::base::error::ErrorClass;
 
 /// How a reconcile ended.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]

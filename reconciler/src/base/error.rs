@@ -89,10 +89,61 @@ pub enum Error {
 
     /// `plan` could not read its input (a manifest, the cluster).
     #[error(transparent)]
-    Plan(#[from] crate::plan::PlanError),
+    Plan(#[from] PlanInputError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why `plan` could not read its input. Every message names the file and document, or the
+/// request, it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanInputError {
+    #[error("{path}: cannot be read")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{origin}: not valid YAML")]
+    Yaml {
+        origin: String,
+        #[source]
+        source: yaml_serde::Error,
+    },
+    #[error("{origin}: not valid JSON")]
+    Json {
+        origin: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{origin}: {what}")]
+    Invalid { origin: String, what: String },
+    #[error("{origin}: {kind} {name} cannot be read")]
+    Object {
+        origin: String,
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{kind} {name} is given twice: in {first} and in {second}")]
+    Duplicate {
+        kind: &'static str,
+        name: String,
+        first: String,
+        second: String,
+    },
+    #[error("no NamespaceBaseline to plan: {0}")]
+    NoBaseline(String),
+    #[error("listing {what} (read-only)")]
+    List {
+        what: &'static str,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("writing the plan to stdout")]
+    Output(#[source] std::io::Error),
+}
 
 /// How a failure is routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,7 +9,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Runs `future`; a panic inside it becomes [`Error::Panicked`] with the panic's message.
 pub async fn contain<T>(future: impl Future<Output = T>) -> Result<T> {

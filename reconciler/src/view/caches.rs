@@ -6,10 +6,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
@@ -19,15 +18,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::error::{Error, Result};
-use crate::namespace_cache::CachedNamespace;
-use crate::policy_cache::CachedPolicy;
-use crate::scope::{Dirty, MatchedNamespaces, PolicyIndex};
-use crate::state::State;
-use crate::written::{UnseenWrites, WrittenStatuses, policy_key};
-
-/// A namespace as the reconciler watches it: its metadata only (name, labels, deletion).
-pub type NamespaceMeta = PartialObjectMeta<Namespace>;
+use crate::base::error::{Error, Result};
+use crate::view::namespace_cache::CachedNamespace;
+use crate::view::policy_cache::CachedPolicy;
+use crate::view::scope::{Dirty, MatchedNamespaces, PolicyIndex};
+use crate::view::written::{UnseenWrites, WrittenStatuses, policy_key};
 
 /// The watch caches a reconcile reads the cluster from: no LIST or GET on the hot path.
 #[derive(Clone)]
@@ -147,19 +142,19 @@ impl DnsWatches {
                 listed: listed.clone(),
             },
             services: watcher(Api::namespaced(client.clone(), namespace), config())
-                .backoff(crate::retry::WatchBackoff::default())
+                .backoff(crate::base::retry::WatchBackoff::default())
                 .reflect(service_writer)
                 .inspect_ok(move |event| on_service(matches!(event, watcher::Event::InitDone)))
                 .touched_objects()
                 .boxed(),
             slices: watcher(Api::namespaced(client.clone(), namespace), config())
-                .backoff(crate::retry::WatchBackoff::default())
+                .backoff(crate::base::retry::WatchBackoff::default())
                 .reflect(slice_writer)
                 .inspect_ok(move |event| on_slice(matches!(event, watcher::Event::InitDone)))
                 .touched_objects()
                 .boxed(),
             pods: watcher(Api::namespaced(client.clone(), namespace), config())
-                .backoff(crate::retry::WatchBackoff::default())
+                .backoff(crate::base::retry::WatchBackoff::default())
                 .reflect(pod_writer)
                 .inspect_ok(move |event| on_pod(matches!(event, watcher::Event::InitDone)))
                 .touched_objects()
@@ -287,12 +282,12 @@ impl Tombstones {
     }
 }
 
-/// Which watches have completed their first list; says so on a channel (and in the health
-/// state) once all have.
+/// Which watches have completed their first list; says so on a channel (and to
+/// `on_synced`, for the process's health) once all have.
 pub(crate) struct ListTracker {
     listed: [AtomicBool; Self::WATCHES],
     synced: watch::Sender<bool>,
-    state: Arc<State>,
+    on_synced: Box<dyn Fn() + Send + Sync>,
 }
 
 impl ListTracker {
@@ -301,12 +296,12 @@ impl ListTracker {
     pub const POLICIES: usize = 2;
     const WATCHES: usize = 3;
 
-    pub fn new(state: Arc<State>) -> (Arc<Self>, watch::Receiver<bool>) {
+    pub fn new(on_synced: impl Fn() + Send + Sync + 'static) -> (Arc<Self>, watch::Receiver<bool>) {
         let (synced, receiver) = watch::channel(false);
         let tracker = Self {
             listed: Default::default(),
             synced,
-            state,
+            on_synced: Box::new(on_synced),
         };
         (Arc::new(tracker), receiver)
     }
@@ -324,73 +319,8 @@ impl ListTracker {
             .all(|listed| listed.load(Ordering::Acquire))
         {
             info!("caches synced");
-            self.state.health.set_caches_synced(true);
+            (self.on_synced)();
             self.synced.send_replace(true);
-        }
-    }
-}
-
-/// What `plan` and the tests keep of a namespace: name, labels and deletion timestamp, all a
-/// plan reads (the watch itself feeds the compact [`CachedNamespace`]).
-pub fn slim_namespace(namespace: &mut NamespaceMeta) {
-    namespace.metadata = slim_namespace_metadata(std::mem::take(&mut namespace.metadata));
-}
-
-fn slim_namespace_metadata(metadata: ObjectMeta) -> ObjectMeta {
-    ObjectMeta {
-        name: metadata.name,
-        labels: metadata.labels,
-        deletion_timestamp: metadata.deletion_timestamp,
-        ..ObjectMeta::default()
-    }
-}
-
-/// A whole Namespace as the cache holds it (for `plan` and the tests, which read whole
-/// Namespaces): its slimmed metadata.
-pub fn namespace_meta(namespace: Namespace) -> NamespaceMeta {
-    let mut meta: NamespaceMeta = PartialObjectMeta {
-        types: Some(kube::core::TypeMeta {
-            api_version: "meta.k8s.io/v1".to_owned(),
-            kind: "PartialObjectMetadata".to_owned(),
-        }),
-        metadata: namespace.metadata,
-        _phantom: std::marker::PhantomData,
-    };
-    slim_namespace(&mut meta);
-    meta
-}
-
-/// What the policy cache keeps: identity, labels and spec, all the drift check and the holes
-/// report compare.
-/// Another policy keeps only what the holes report reads: its name and its rules (not its
-/// labels, its pod selector nor the `except` lists of its ipBlocks).
-pub fn slim_policy(policy: &mut NetworkPolicy) {
-    let metadata = std::mem::take(&mut policy.metadata);
-    let managed = metadata.labels.as_ref().is_some_and(claims_management);
-    policy.metadata = ObjectMeta {
-        name: metadata.name,
-        namespace: metadata.namespace,
-        labels: metadata.labels.filter(|_| managed),
-        deletion_timestamp: metadata.deletion_timestamp,
-        ..ObjectMeta::default()
-    };
-    if !managed && let Some(spec) = policy.spec.as_mut() {
-        spec.pod_selector = None;
-        let peers = spec
-            .ingress
-            .iter_mut()
-            .flatten()
-            .flat_map(|rule| rule.from.iter_mut().flatten())
-            .chain(
-                spec.egress
-                    .iter_mut()
-                    .flatten()
-                    .flat_map(|rule| rule.to.iter_mut().flatten()),
-            );
-        for peer in peers {
-            if let Some(block) = peer.ip_block.as_mut() {
-                block.except = None;
-            }
         }
     }
 }
@@ -401,51 +331,18 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use namespace_baseline_core::holes::holes;
     use namespace_baseline_core::spec::NamespaceBaseline;
     use namespace_baseline_leader::LeaderGate;
-    use serde_json::json;
-
-    /// The cache keeps of another policy only what the holes report reads: the report on the
-    /// slimmed policy is the report on the whole one.
-    #[test]
-    fn another_policy_keeps_what_its_holes_need() {
-        let full: NetworkPolicy = serde_json::from_value(json!({
-            "metadata": {"name": "team", "namespace": "a", "labels": {"team": "a"},
-                         "annotations": {"big": "x".repeat(1000)}, "managedFields": [{"manager": "kubectl"}]},
-            "spec": {
-                "podSelector": {"matchLabels": {"app": "web"}},
-                "policyTypes": ["Ingress", "Egress"],
-                "ingress": [{"from": [{"namespaceSelector": {}}]}, {"from": [{"podSelector": {"matchLabels": {"x": "y"}}}], "ports": [{"port": 80}]}],
-                "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "192.168.0.0/16"]}}]}],
-            },
-        }))
-        .unwrap();
-        let mut slim = full.clone();
-        slim_policy(&mut slim);
-        assert_eq!(holes(&slim), holes(&full));
-        assert_eq!(holes(&full).len(), 3);
-        assert!(slim.metadata.labels.is_none() && slim.metadata.annotations.is_none());
-        assert!(slim.metadata.managed_fields.is_none());
-        assert!(slim.spec.as_ref().unwrap().pod_selector.is_none());
-    }
-
-    /// A managed policy keeps its labels and whole spec: the drift check compares them.
-    #[test]
-    fn a_managed_policy_keeps_its_labels_and_spec() {
-        let spec = namespace_baseline_core::NamespaceBaselineSpec::new("a=b");
-        let mut wall = namespace_baseline_core::wall::desired_wall("guarded", "team-a", &spec);
-        let full = wall.remove(1);
-        let mut slim = full.clone();
-        slim_policy(&mut slim);
-        assert_eq!(slim.spec, full.spec);
-        assert_eq!(slim.metadata.labels, full.metadata.labels);
-    }
 
     #[tokio::test]
     async fn caches_count_as_synced_once_every_watch_listed_and_wake_every_waiter() {
-        let state = Arc::new(crate::state::State::new(Arc::new(LeaderGate::always())));
-        let (tracker, synced) = ListTracker::new(state.clone());
+        let state = Arc::new(crate::reconcile::state::State::new(Arc::new(
+            LeaderGate::always(),
+        )));
+        let (tracker, synced) = ListTracker::new({
+            let state = state.clone();
+            move || state.health.set_caches_synced(true)
+        });
         let caches = Caches::new(
             crate::fixtures::store(vec![]),
             crate::fixtures::store(vec![]),

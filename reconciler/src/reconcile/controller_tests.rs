@@ -14,11 +14,13 @@ use rstest::rstest;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::error::ErrorClass;
+use crate::base::error::ErrorClass;
 use crate::fixtures::{
     Harness, RESYNC, Recorded, baseline, failure, healthy, namespace, stored_wall,
 };
-use crate::status::{self, Report};
+use crate::reconcile::status::{self, Report};
+use crate::view::namespace_cache::namespace_meta;
+use crate::view::policy_cache::slim_policy;
 use namespace_baseline_core::plan::plan;
 use namespace_baseline_leader::{LeaderGate, testing};
 
@@ -349,7 +351,7 @@ async fn a_policy_seen_deleted_is_repaired_and_reported_as_deleted() {
 /// later re-installs is no repair.
 #[test]
 fn the_reconcilers_own_deletions_leave_no_tombstone() {
-    let tombstones = crate::caches::Tombstones::default();
+    let tombstones = crate::view::caches::Tombstones::default();
     let policy = full_wall(&seed(), &["team-a"]).remove(0);
     tombstones.expect_deletion("team-a", "nsb-guarded-default-deny");
     tombstones.deleted(&policy);
@@ -445,7 +447,7 @@ async fn a_door_that_misses_the_dns_endpoints_is_reported_not_blocked() {
         "ports": [{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}],
     }))
     .unwrap();
-    let dns = crate::controller::DnsCaches::of(
+    let dns = crate::view::caches::DnsCaches::of(
         "kube-system",
         dns.services.clone(),
         crate::fixtures::store(vec![slice]),
@@ -484,7 +486,7 @@ async fn a_namespace_event_reconciles_that_namespace_alone() {
     // A full pass was made a moment ago ...
     assert_eq!(
         harness.ctx.caches.dirty.take("guarded", RESYNC),
-        crate::scope::Scope::All
+        crate::view::scope::Scope::All
     );
     // ... and the watch saw something in team-b only.
     harness.ctx.caches.dirty.namespace("guarded", "team-b");
@@ -1083,7 +1085,7 @@ fn arcs<T: Clone>(objects: &[T]) -> Vec<Arc<T>> {
 #[test]
 fn only_spec_finalizers_deletion_and_identity_trigger_a_baseline_reconcile() {
     let original = baseline("guarded", seed());
-    let hash = |b: &NamespaceBaseline| crate::watches::baseline_changes(b).unwrap();
+    let hash = |b: &NamespaceBaseline| crate::reconcile::watches::baseline_changes(b).unwrap();
     let mut status_only = converged(original.clone(), 3);
     status_only.metadata.resource_version = Some("101".into());
     status_only.metadata.labels = Some([("team".to_owned(), "net".to_owned())].into());

@@ -3,7 +3,7 @@
 use kube::CustomResourceExt;
 use namespace_baseline_core::spec::NamespaceBaseline;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The CRD as YAML, as committed in `deploy/crd.yaml`.
 pub fn yaml() -> Result<String> {
@@ -15,7 +15,7 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    const COMMITTED: &str = include_str!("../../deploy/crd.yaml");
+    const COMMITTED: &str = include_str!("../../../deploy/crd.yaml");
 
     #[test]
     fn the_committed_crd_is_current() {

@@ -12,9 +12,9 @@ use namespace_baseline_core::identity::{
 use namespace_baseline_core::plan::NamespaceFacts;
 use namespace_baseline_core::spec::NamespaceBaseline;
 
-use crate::caches::NamespaceMeta;
-use crate::namespace_cache::{CachedNamespace, cached_event};
-use crate::scope::Dirty;
+use crate::view::namespace_cache::NamespaceMeta;
+use crate::view::namespace_cache::{CachedNamespace, cached_event};
+use crate::view::scope::Dirty;
 
 /// The namespace watch's events, into the namespace cache and the baselines they concern
 /// (each marked to look at that namespace: scope.rs). The triggers compare an event with the
@@ -152,9 +152,9 @@ pub fn baselines_for_dns(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caches::namespace_meta;
     use crate::fixtures::{baseline, namespace, stored_wall};
-    use crate::scope::Scope;
+    use crate::view::namespace_cache::namespace_meta;
+    use crate::view::scope::Scope;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
     use kube::runtime::reflector;

@@ -8,7 +8,7 @@ use namespace_baseline_core::doors::Reachability;
 use namespace_baseline_core::holes::{Hole, Width, count_by_width};
 use namespace_baseline_core::spec::{Mode, NamespaceBaselineStatus};
 
-use crate::error::{Error, ErrorClass};
+use crate::base::error::{Error, ErrorClass};
 
 pub const READY: &str = "Ready";
 pub const DEGRADED: &str = "Degraded";

@@ -11,9 +11,11 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use namespace_baseline_core::facts::PolicyFacts;
+use namespace_baseline_core::identity::claims_management;
 use serde::Serialize;
 
 /// One cached NetworkPolicy: what the planner and the holes report read.
@@ -81,7 +83,7 @@ impl Lookup for CachedPolicy {
     }
 }
 
-/// Turns watched policies (already slimmed: [`crate::caches::slim_policy`]) into cached ones,
+/// Turns watched policies (already slimmed: [`slim_policy`]) into cached ones,
 /// sharing equal label sets and specs.
 #[derive(Default)]
 pub struct PolicyCache {
@@ -185,11 +187,48 @@ fn json_hash(value: &impl Serialize) -> u64 {
     hasher.finish()
 }
 
+/// What the policy cache keeps: identity, labels and spec, all the drift check and the holes
+/// report compare.
+/// Another policy keeps only what the holes report reads: its name and its rules (not its
+/// labels, its pod selector nor the `except` lists of its ipBlocks).
+pub fn slim_policy(policy: &mut NetworkPolicy) {
+    let metadata = std::mem::take(&mut policy.metadata);
+    let managed = metadata.labels.as_ref().is_some_and(claims_management);
+    policy.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        labels: metadata.labels.filter(|_| managed),
+        deletion_timestamp: metadata.deletion_timestamp,
+        ..ObjectMeta::default()
+    };
+    if !managed && let Some(spec) = policy.spec.as_mut() {
+        spec.pod_selector = None;
+        let peers = spec
+            .ingress
+            .iter_mut()
+            .flatten()
+            .flat_map(|rule| rule.from.iter_mut().flatten())
+            .chain(
+                spec.egress
+                    .iter_mut()
+                    .flatten()
+                    .flat_map(|rule| rule.to.iter_mut().flatten()),
+            );
+        for peer in peers {
+            if let Some(block) = peer.ip_block.as_mut() {
+                block.except = None;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fixtures::stored_wall;
     use namespace_baseline_core::NamespaceBaselineSpec;
+    use namespace_baseline_core::holes::holes;
+    use serde_json::json;
 
     fn wall(namespace: &str) -> Vec<NetworkPolicy> {
         stored_wall(
@@ -259,5 +298,41 @@ mod tests {
         // And a later equal spec is shared anew.
         let again = cache.cached(&wall("team-b")[0]);
         assert_eq!(again.spec(), wall("team-b")[0].spec.as_ref());
+    }
+
+    /// The cache keeps of another policy only what the holes report reads: the report on the
+    /// slimmed policy is the report on the whole one.
+    #[test]
+    fn another_policy_keeps_what_its_holes_need() {
+        let full: NetworkPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "team", "namespace": "a", "labels": {"team": "a"},
+                         "annotations": {"big": "x".repeat(1000)}, "managedFields": [{"manager": "kubectl"}]},
+            "spec": {
+                "podSelector": {"matchLabels": {"app": "web"}},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [{"namespaceSelector": {}}]}, {"from": [{"podSelector": {"matchLabels": {"x": "y"}}}], "ports": [{"port": 80}]}],
+                "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "192.168.0.0/16"]}}]}],
+            },
+        }))
+        .unwrap();
+        let mut slim = full.clone();
+        slim_policy(&mut slim);
+        assert_eq!(holes(&slim), holes(&full));
+        assert_eq!(holes(&full).len(), 3);
+        assert!(slim.metadata.labels.is_none() && slim.metadata.annotations.is_none());
+        assert!(slim.metadata.managed_fields.is_none());
+        assert!(slim.spec.as_ref().unwrap().pod_selector.is_none());
+    }
+
+    /// A managed policy keeps its labels and whole spec: the drift check compares them.
+    #[test]
+    fn a_managed_policy_keeps_its_labels_and_spec() {
+        let spec = namespace_baseline_core::NamespaceBaselineSpec::new("a=b");
+        let mut wall = namespace_baseline_core::wall::desired_wall("guarded", "team-a", &spec);
+        let full = wall.remove(1);
+        let mut slim = full.clone();
+        slim_policy(&mut slim);
+        assert_eq!(slim.spec, full.spec);
+        assert_eq!(slim.metadata.labels, full.metadata.labels);
     }
 }

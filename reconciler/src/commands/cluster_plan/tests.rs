@@ -1,7 +1,17 @@
 //! `plan` over the manifests of `tests/plan-fixtures/`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::ResourceExt;
+use serde_json::Value;
+
+use crate::base::error::Error;
+
+use super::input::*;
+use super::render::*;
+use super::report::*;
 use super::*;
 
 fn fixture(path: &str) -> PathBuf {

@@ -18,13 +18,16 @@ use kube::{Client, Resource, ResourceExt};
 use namespace_baseline_core::spec::NamespaceBaseline;
 use tracing::debug;
 
-use crate::caches::{Caches, ListTracker, NamespaceMeta, slim_policy};
-use crate::controller::{Context, Settings, error_policy, reconcile};
-use crate::namespace_cache::CachedNamespace;
-use crate::policy_cache::{CachedPolicy, PolicyCache};
-use crate::retry::{NoTriggerBackoff, WatchBackoff};
-use crate::state::State;
-use crate::triggers::{NamespaceEvents, baselines_for_dns, baselines_for_policy};
+use crate::base::retry::{NoTriggerBackoff, WatchBackoff};
+use crate::reconcile::context::{Context, Settings};
+use crate::reconcile::controller::{error_policy, reconcile};
+use crate::reconcile::state::State;
+use crate::view::caches::{Caches, ListTracker};
+use crate::view::namespace_cache::CachedNamespace;
+use crate::view::namespace_cache::NamespaceMeta;
+use crate::view::policy_cache::slim_policy;
+use crate::view::policy_cache::{CachedPolicy, PolicyCache};
+use crate::view::triggers::{NamespaceEvents, baselines_for_dns, baselines_for_policy};
 
 /// What, in a baseline, calls for a reconcile: a new object (uid), a spec change
 /// (generation), its finalizers, its deletion. A status write (each reconcile that changes
@@ -56,14 +59,17 @@ pub async fn run(
     instance: String,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (tracker, synced) = ListTracker::new(state.clone());
+    let (tracker, synced) = ListTracker::new({
+        let state = state.clone();
+        move || state.health.set_caches_synced(true)
+    });
     let (namespaces, namespace_writer) = reflector::store::<CachedNamespace>();
     let (policies, mut policy_writer) = reflector::store::<CachedPolicy>();
     let (baselines, baseline_writer) = reflector::store::<NamespaceBaseline>();
     let dns = settings
         .dns_namespace
         .as_deref()
-        .map(|namespace| crate::caches::DnsWatches::new(&client, namespace));
+        .map(|namespace| crate::view::caches::DnsWatches::new(&client, namespace));
     let caches = Caches::new(
         namespaces,
         policies,
@@ -166,7 +172,12 @@ pub async fn run(
         }
     };
     let api_door = settings.api_door.clone().map(|policy| {
-        crate::api_door::guard(client.clone(), state.clone(), policy, instance.clone())
+        crate::reconcile::api_door_guard::guard(
+            client.clone(),
+            state.clone(),
+            policy,
+            instance.clone(),
+        )
     });
     let ctx = Arc::new(Context::new(
         client,
