@@ -23,7 +23,7 @@ const LAYERS: &[(&str, &str)] = &[
     ),
     (
         "view",
-        "the term's view of the cluster: caches, triggers, scope",
+        "the term's view of the cluster: caches, triggers, scope, unseen writes",
     ),
     (
         "base",

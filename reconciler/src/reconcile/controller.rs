@@ -33,7 +33,7 @@ use crate::view::caches::{Caches, DnsCaches};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
 use crate::view::scope::Scope;
-use crate::view::written::PendingWrites;
+use crate::view::unseen_writes::PendingWrites;
 
 /// Reconciles one baseline. Permanent failures are reported (status, Event) and end here
 /// with `await_change`; transient ones go to [`error_policy`] for a backoff.
@@ -116,7 +116,8 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
         }
         scope => scope,
     };
-    // Before the cache is read: a write of this term not in it is in the cache (written.rs).
+    // Before the cache is read: a write of this term not in it is in the cache
+    // (unseen_writes.rs).
     let pending = ctx.caches.unseen.snapshot();
     let (namespaces, policies) = scoped_state(&ctx.caches, &scope);
     debug!(
@@ -139,7 +140,7 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
         new_holes,
         error,
     } = converge(baseline, ctx, planner, &policies, &scope, &pending).await;
-    let previous = ctx.caches.written.current(baseline);
+    let previous = ctx.caches.unseen.status(baseline);
     match error {
         None => {
             let status_changed = write_status(baseline, ctx, previous.as_ref(), &report).await?;
@@ -296,8 +297,8 @@ async fn converge(
     // thousands of namespaces never holds every desired object at once. A policy someone
     // deleted is re-created as the repair of that deletion.
     // A policy this term is writing and the cache does not show yet is left to the reconcile
-    // its echo triggers (written.rs: UnseenWrites).
-    let tombstones = &ctx.caches.tombstones;
+    // its echo triggers (unseen_writes.rs).
+    let unseen = &ctx.caches.unseen;
     let writes = planner.writes().map(|(namespace, changes)| {
         let changes = changes
             .into_iter()
@@ -310,7 +311,7 @@ async fn converge(
             })
             .map(|change| match &change {
                 Change::Create(policy)
-                    if tombstones.contains(
+                    if unseen.deleted_by_others(
                         &namespace,
                         policy.metadata.name.as_deref().unwrap_or_default(),
                     ) =>
@@ -401,7 +402,7 @@ async fn clean_up(
     let name = baseline.name_any();
     // Its holes are no longer reported, its status no longer written.
     ctx.state.holes.forget(&name);
-    ctx.caches.written.forget(baseline);
+    ctx.caches.unseen.forget(baseline);
     ctx.caches.matched.forget(&name);
     ctx.state.metrics.set_holes(&name, []);
     if !has_finalizer(baseline) {
@@ -440,7 +441,7 @@ async fn write_status(
         return Ok(false);
     }
     let written = patch_status(baseline, ctx, &desired).await?;
-    ctx.caches.written.record(baseline, written);
+    ctx.caches.unseen.status_written(baseline, written);
     Ok(true)
 }
 /// Events for what a successful reconcile did.

@@ -277,12 +277,16 @@ async fn a_policy_being_written_is_not_written_again_before_the_watch_shows_it()
         dns.metadata.namespace.as_deref().unwrap(),
         dns.metadata.name.as_deref().unwrap(),
     );
-    harness.ctx.caches.unseen.writing(namespace, name);
+    harness.ctx.caches.unseen.applying(namespace, name);
     run(&harness, converged(baseline("guarded", seed()), 2))
         .await
         .unwrap();
     // The echo arrives, then the object is deleted: the next reconcile writes it.
-    harness.ctx.caches.unseen.settled(namespace, name);
+    harness
+        .ctx
+        .caches
+        .unseen
+        .observe(&kube::runtime::watcher::Event::Apply(dns.clone()));
     run(&harness, converged(baseline("guarded", seed()), 2))
         .await
         .unwrap();
@@ -318,12 +322,16 @@ async fn a_policy_seen_deleted_is_repaired_and_reported_as_deleted() {
     let deleted = policies.remove(2); // team-b's deny-all
     policies.remove(0); // team-a's deny-all: never seen, an install
     let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
-    harness.ctx.caches.tombstones.deleted(&deleted);
+    harness
+        .ctx
+        .caches
+        .unseen
+        .observe(&kube::runtime::watcher::Event::Delete(deleted.clone()));
     run(&harness, converged(baseline("guarded", seed()), 2))
         .await
         .unwrap();
     let state = harness.state.clone();
-    let tombstones = harness.ctx.caches.tombstones.clone();
+    let unseen = harness.ctx.caches.unseen.clone();
     let requests = harness.requests().await;
     assert_eq!(policy_requests(&requests).len(), 2);
     assert_eq!(event_reasons(&requests), ["WallInstalled", "DriftRepaired"]);
@@ -342,24 +350,8 @@ async fn a_policy_seen_deleted_is_repaired_and_reported_as_deleted() {
         "{metrics}"
     );
     assert!(
-        !tombstones.contains("team-b", "nsb-guarded-default-deny"),
+        !unseen.deleted_by_others("team-b", "nsb-guarded-default-deny"),
         "the tombstone is consumed"
-    );
-}
-
-/// The reconciler's own deletions (pruning) leave no tombstone: a policy it removed and
-/// later re-installs is no repair.
-#[test]
-fn the_reconcilers_own_deletions_leave_no_tombstone() {
-    let tombstones = crate::view::caches::Tombstones::default();
-    let policy = full_wall(&seed(), &["team-a"]).remove(0);
-    tombstones.expect_deletion("team-a", "nsb-guarded-default-deny");
-    tombstones.deleted(&policy);
-    assert!(!tombstones.contains("team-a", "nsb-guarded-default-deny"));
-    tombstones.deleted(&policy);
-    assert!(
-        tombstones.contains("team-a", "nsb-guarded-default-deny"),
-        "only the one expected deletion is excused"
     );
 }
 

@@ -106,11 +106,7 @@ pub async fn run(
     };
     let policy_events = {
         let tracker = tracker.clone();
-        let (tombstones, index, unseen) = (
-            caches.tombstones.clone(),
-            caches.index.clone(),
-            caches.unseen.clone(),
-        );
+        let (index, unseen) = (caches.index.clone(), caches.unseen.clone());
         let policy_cache = PolicyCache::default();
         watcher(
             Api::<NetworkPolicy>::all(client.clone()),
@@ -121,18 +117,7 @@ pub async fn run(
         .inspect_ok(move |event| {
             // The store holds the compact form; the triggers read the event's object.
             policy_writer.apply_watcher_event(&policy_cache.event(event));
-            if let watcher::Event::Apply(policy)
-            | watcher::Event::InitApply(policy)
-            | watcher::Event::Delete(policy) = event
-            {
-                unseen.settled(
-                    policy.metadata.namespace.as_deref().unwrap_or_default(),
-                    policy.metadata.name.as_deref().unwrap_or_default(),
-                );
-            }
-            if let watcher::Event::Delete(policy) = event {
-                tombstones.deleted(policy);
-            }
+            unseen.observe(event);
             index.observe(event);
             tracker.observe(ListTracker::POLICIES, event);
         })
@@ -144,7 +129,13 @@ pub async fn run(
     )
     .backoff(WatchBackoff::default())
     .reflect(baseline_writer)
-    .inspect_ok(move |event| tracker.observe(ListTracker::BASELINES, event))
+    .inspect_ok({
+        let unseen = caches.unseen.clone();
+        move |event| {
+            unseen.observe(event);
+            tracker.observe(ListTracker::BASELINES, event);
+        }
+    })
     .applied_objects()
     .predicate_filter(baseline_changes, PredicateConfig::default())
     .inspect_ok({

@@ -100,7 +100,7 @@ async fn apply_change(ctx: &Context, change: &Change) -> Result<()> {
         Change::Repair(policy, drift) => {
             let applied = server_side_apply(ctx, policy).await;
             if applied.is_ok() && *drift == Drift::Deleted {
-                ctx.caches.tombstones.take(
+                ctx.caches.unseen.recreated(
                     policy.metadata.namespace.as_deref().unwrap_or_default(),
                     policy.metadata.name.as_deref().unwrap_or_default(),
                 );
@@ -108,7 +108,7 @@ async fn apply_change(ctx: &Context, change: &Change) -> Result<()> {
             applied
         }
         Change::Delete { namespace, name } => {
-            ctx.caches.tombstones.expect_deletion(namespace, name);
+            ctx.caches.unseen.deleting(namespace, name);
             delete(ctx, namespace, name).await
         }
     }
@@ -124,7 +124,7 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
         });
     };
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);
-    ctx.caches.unseen.writing(namespace, name);
+    ctx.caches.unseen.applying(namespace, name);
     let applied = ctx
         .write(api.patch(
             name,
@@ -141,7 +141,7 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
         });
     if applied.is_err() {
         // Nothing for the watch to show (or nothing known): the next plan may write it.
-        ctx.caches.unseen.settled(namespace, name);
+        ctx.caches.unseen.apply_failed(namespace, name);
     }
     applied?;
     debug!(%namespace, %name, "applied");

@@ -1,28 +1,24 @@
 //! The watch caches a reconcile reads the cluster from, and what they keep of each object.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use namespace_baseline_core::doors::SERVICE_NAME_LABEL;
-use namespace_baseline_core::identity::claims_management;
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tracing::info;
 
 use crate::base::error::{Error, Result};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
 use crate::view::scope::{Dirty, MatchedNamespaces, PolicyIndex};
-use crate::view::written::{UnseenWrites, WrittenStatuses, policy_key};
+use crate::view::unseen_writes::UnseenWrites;
 
 /// The watch caches a reconcile reads the cluster from: no LIST or GET on the hot path.
 #[derive(Clone)]
@@ -33,15 +29,12 @@ pub struct Caches {
     /// The DNS namespace's Services, EndpointSlices and pods, for the `DNSReachable` check
     /// (`None`: not checked).
     pub dns: Option<DnsCaches>,
-    /// Managed policies seen deleted by someone else, until they are re-created.
-    pub tombstones: Tombstones,
     /// The policies' names by namespace, for scoped reconciles.
     pub index: PolicyIndex,
     /// What the triggers marked for the next reconcile of each baseline.
     pub dirty: Dirty,
-    /// The statuses this term wrote, until the baseline cache shows them.
-    pub written: WrittenStatuses,
-    /// The policies this term is writing, until the policy cache shows them.
+    /// What this term wrote (statuses, policy applies and deletions) that the watches have
+    /// not shown yet, and the policies someone else deleted, until re-created.
     pub unseen: UnseenWrites,
     /// The namespaces each baseline matches, for the count of a scoped reconcile.
     pub matched: MatchedNamespaces,
@@ -60,10 +53,8 @@ impl Caches {
             namespaces,
             policies,
             dns,
-            tombstones: Tombstones::default(),
             index: PolicyIndex::default(),
             dirty: Dirty::default(),
-            written: WrittenStatuses::default(),
             unseen: UnseenWrites::default(),
             matched: MatchedNamespaces::default(),
             synced,
@@ -213,72 +204,6 @@ impl DnsCaches {
         self.pods
             .get(&ObjectRef::new(name).within(&self.namespace))
             .map(|pod| pod.metadata.labels.clone().unwrap_or_default())
-    }
-}
-
-/// How long a tombstone is kept: a deleted policy not re-created by then (its namespace
-/// went away, or left the baseline) is forgotten.
-const TOMBSTONE_LIFETIME: Duration = Duration::from_secs(600);
-
-/// Managed policies the reconciler saw deleted by someone else: when it re-creates one, that
-/// is the repair of a deletion (an Event `DriftRepaired`, the drift repair counter), not an
-/// install. Its own deletions (pruning under `deletionPolicy: Delete`) are announced first
-/// and leave no tombstone.
-#[derive(Clone, Default)]
-pub struct Tombstones {
-    inner: Arc<Mutex<TombstoneSets>>,
-}
-
-#[derive(Default)]
-struct TombstoneSets {
-    buried: HashMap<(String, String), Instant>,
-    expected: HashSet<(String, String)>,
-}
-
-impl Tombstones {
-    fn sets(&self) -> std::sync::MutexGuard<'_, TombstoneSets> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A watch saw `policy` deleted.
-    pub fn deleted(&self, policy: &NetworkPolicy) {
-        let managed = policy
-            .metadata
-            .labels
-            .as_ref()
-            .is_some_and(claims_management);
-        let (Some(namespace), Some(name), true) =
-            (&policy.metadata.namespace, &policy.metadata.name, managed)
-        else {
-            return;
-        };
-        let key = policy_key(namespace, name);
-        let mut sets = self.sets();
-        if sets.expected.remove(&key) {
-            return;
-        }
-        let now = Instant::now();
-        sets.buried
-            .retain(|_, at| now.duration_since(*at) < TOMBSTONE_LIFETIME);
-        sets.buried.insert(key, now);
-    }
-
-    /// The reconciler is about to delete this policy itself.
-    pub fn expect_deletion(&self, namespace: &str, name: &str) {
-        self.sets().expected.insert(policy_key(namespace, name));
-    }
-
-    /// Whether this policy was seen deleted by someone else; forgets it.
-    pub fn take(&self, namespace: &str, name: &str) -> bool {
-        let mut sets = self.sets();
-        !sets.buried.is_empty() && sets.buried.remove(&policy_key(namespace, name)).is_some()
-    }
-
-    /// Whether this policy was seen deleted by someone else (and not re-created since).
-    pub fn contains(&self, namespace: &str, name: &str) -> bool {
-        // Asked for every object a reconcile creates: no key built when nothing is buried.
-        let sets = self.sets();
-        !sets.buried.is_empty() && sets.buried.contains_key(&policy_key(namespace, name))
     }
 }
 
