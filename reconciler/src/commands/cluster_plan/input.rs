@@ -81,7 +81,7 @@ enum Object {
     Ignored(String),
 }
 
-/// The state from `--manifests` (and the baselines from `--baseline`, else from among the
+/// The input from `--manifests` (and the baselines from `--baseline`, else from among the
 /// manifests).
 pub fn from_manifests(options: &PlanOptions) -> Result<PlanInput, PlanInputError> {
     let mut collected = Collected::default();
@@ -124,7 +124,7 @@ pub fn from_manifests(options: &PlanOptions) -> Result<PlanInput, PlanInputError
     Ok(collected.into_input(Source::Manifests))
 }
 
-/// The state from the cluster of the kubeconfig: only LIST requests (namespaces, managed
+/// The input from the cluster of the kubeconfig: only LIST requests (namespaces, managed
 /// NetworkPolicies, and NamespaceBaselines when `--baseline` is not given).
 pub async fn from_cluster(options: &PlanOptions) -> Result<PlanInput> {
     let mut collected = Collected::default();

@@ -20,14 +20,14 @@ pub use input::{PlanInput, from_cluster, from_manifests};
 pub use render::render_text;
 pub use report::{EXIT_ERROR, EXIT_NO_CHANGES, EXIT_PENDING, JSON_VERSION, Report, plan};
 
-/// Runs `plan`: gathers the state, decides, prints; the exit code.
+/// Runs `plan`: gathers the input, decides, prints; the exit code.
 pub async fn main(options: &PlanOptions) -> Result<ExitCode> {
-    let state = if options.cluster {
+    let input = if options.cluster {
         from_cluster(options).await?
     } else {
         from_manifests(options)?
     };
-    let report = plan(&state);
+    let report = plan(&input);
     let text = match options.output {
         OutputFormat::Text => {
             for note in &report.notes {

@@ -26,12 +26,12 @@ pub const EXIT_PENDING: u8 = 2;
 pub const JSON_VERSION: u32 = 1;
 
 /// The plan: for each baseline, the reconcile's decision ([`decide`]) over
-/// `state`, described.
-pub fn plan(state: &PlanInput) -> Report {
-    let baselines: Vec<BaselineReport> = state
+/// `input`, described.
+pub fn plan(input: &PlanInput) -> Report {
+    let baselines: Vec<BaselineReport> = input
         .baselines
         .iter()
-        .map(|(origin, baseline)| describe(origin, baseline, state))
+        .map(|(origin, baseline)| describe(origin, baseline, input))
         .collect();
     let mut summary = Summary::default();
     for baseline in &baselines {
@@ -54,15 +54,15 @@ pub fn plan(state: &PlanInput) -> Report {
     }
     Report {
         version: JSON_VERSION,
-        source: state.source,
+        source: input.source,
         pending: summary.create + summary.update + summary.delete > 0,
         summary,
         baselines,
-        notes: state.notes.clone(),
+        notes: input.notes.clone(),
     }
 }
 
-fn describe(origin: &str, baseline: &NamespaceBaseline, state: &PlanInput) -> BaselineReport {
+fn describe(origin: &str, baseline: &NamespaceBaseline, input: &PlanInput) -> BaselineReport {
     let name = baseline.name_any();
     let spec = &baseline.spec;
     let mut report = BaselineReport {
@@ -80,12 +80,12 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, state: &PlanInput) -> Ba
         orphaned: Vec::new(),
         holes: Vec::new(),
         dns: if spec.allow_dns {
-            dns_check(spec, &state.dns)
+            dns_check(spec, &input.dns)
         } else {
             None
         },
     };
-    match decide(Baseline::from(baseline), &state.namespaces, &state.policies) {
+    match decide(Baseline::from(baseline), &input.namespaces, &input.policies) {
         Decision::CleanUp(mut writes) => {
             writes.sort_by(|a, b| a.0.cmp(&b.0));
             for (_, changes) in writes {
@@ -104,13 +104,13 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, state: &PlanInput) -> Ba
             ));
         }
         Decision::Converge(planner) => {
-            report.holes = namespace_baseline_core::plan::holes(&planner, &state.policies)
+            report.holes = namespace_baseline_core::plan::holes(&planner, &input.policies)
                 .into_iter()
                 .map(|(namespace, mut hole)| {
-                    hole.reach = state
+                    hole.reach = input
                         .policy(&namespace, &hole.policy)
                         .and_then(|policy| policy.spec.as_ref())
-                        .and_then(|spec| namespace_reach(spec, &hole, &state.namespaces));
+                        .and_then(|spec| namespace_reach(spec, &hole, &input.namespaces));
                     HoleItem { namespace, hole }
                 })
                 .collect();
