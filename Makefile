@@ -125,6 +125,13 @@ lint:
 unit-tests: policy.wasm
 	$(CARGO) test --workspace --exclude namespace-baseline-cluster-tests --exclude namespace-baseline-registry-tests --locked
 
+# The reconciler's import graph: its layers top to bottom, each file's size in lines and its
+# arrows (reconciler/tests/layers.rs, which `make unit-tests` runs: it fails naming the edge
+# when files import each other in a circle or a layer imports from one above it).
+.PHONY: layers
+layers:
+	$(CARGO) test -p namespace-baseline-reconciler --test layers --locked -- --nocapture the_reconciler_has
+
 # Every fixture through the built module in a real waPC host (wasmtime), then through
 # kwctl (e2e-tests/kwctl.bats; every test says "skip kwctl not found" without it). The
 # context-aware fixtures need the annotated module, which kwctl itself writes.
@@ -220,15 +227,16 @@ hack-check: cargo-hakari
 	'$(HAKARI)' hakari generate --diff
 	'$(HAKARI)' hakari manage-deps --dry-run
 
-# The oldest Rust the crates users build accept (rust-version in Cargo.toml): core, the
-# policy (for wasm32-wasip1, as it ships), the reconciler, the playground. The test tools
-# (the e2e runner) needs 1.95, wasmtime 48's. Checked in CI (.ci/run).
+# The oldest Rust the crates users build accept (rust-version in Cargo.toml): core, the leader
+# election, the policy (for wasm32-wasip1, as it ships), the reconciler, the playground, the
+# demo. The test tools (the e2e runner, the stand-in policy-server) need 1.95, wasmtime 48's.
+# Checked in CI (.ci/run).
 MSRV := $(shell awk -F'"' '/^rust-version/ { print $$2; exit }' Cargo.toml)
 .PHONY: msrv
 msrv:
 	@rustup toolchain list | grep >/dev/null '^$(MSRV)' || { echo ">> installing Rust $(MSRV)"; rustup toolchain install $(MSRV) --profile minimal; }
 	@rustup target list --toolchain $(MSRV) --installed | grep -x >/dev/null '$(WASM_TARGET)' || rustup target add --toolchain $(MSRV) $(WASM_TARGET)
-	$(CARGO) +$(MSRV) check --locked -p namespace-baseline-core -p namespace-baseline-reconciler -p namespace-baseline-playground
+	$(CARGO) +$(MSRV) check --locked -p namespace-baseline-core -p namespace-baseline-leader -p namespace-baseline-reconciler -p namespace-baseline-playground
 	$(CARGO) +$(MSRV) check --locked -p $(POLICY_PACKAGE) --target $(WASM_TARGET)
 
 # deploy/crd.yaml is generated from the Rust types; a reconciler test fails when stale.

@@ -165,7 +165,7 @@ fn the_deployment_is_hardened_and_leader_elected() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(
+    let cli = <crate::runtime::cli::Cli as clap::Parser>::try_parse_from(
         std::iter::once("reconciler").chain(args.iter().copied()),
     )
     .unwrap();

@@ -21,12 +21,14 @@ use namespace_baseline_core::wall::desired_wall;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use crate::controller::{Caches, Context, DnsCaches, Settings, namespace_meta};
-use crate::leader::LeaderGate;
-use crate::namespace_cache::CachedNamespace;
-use crate::policy_cache::{CachedPolicy, PolicyCache};
-use crate::retry::Retries;
-use crate::state::State;
+use crate::base::retry::Retries;
+use crate::reconcile::context::{Context, Settings};
+use crate::reconcile::state::State;
+use crate::view::caches::{Caches, DnsCaches};
+use crate::view::namespace_cache::CachedNamespace;
+use crate::view::namespace_cache::namespace_meta;
+use crate::view::policy_cache::{CachedPolicy, PolicyCache};
+use namespace_baseline_leader::LeaderGate;
 
 pub const RESYNC: Duration = Duration::from_secs(300);
 
@@ -108,8 +110,8 @@ pub fn healthy_dns() -> DnsCaches {
 }
 
 /// What the reconcile finds of [`healthy_dns`] with the default door.
-pub fn healthy_dns_reachability() -> crate::status::DnsCheck {
-    crate::status::DnsCheck::Checked(healthy_dns_door())
+pub fn healthy_dns_reachability() -> crate::reconcile::status::DnsCheck {
+    crate::reconcile::status::DnsCheck::Checked(healthy_dns_door())
 }
 
 fn healthy_dns_door() -> Reachability {
@@ -157,8 +159,8 @@ fn policy_store(policies: &[NetworkPolicy]) -> Store<CachedPolicy> {
 }
 
 /// The policy index a watch that listed `policies` builds.
-fn policy_index(policies: &[NetworkPolicy]) -> crate::scope::PolicyIndex {
-    let index = crate::scope::PolicyIndex::default();
+fn policy_index(policies: &[NetworkPolicy]) -> crate::view::scope::PolicyIndex {
+    let index = crate::view::scope::PolicyIndex::default();
     index.observe(&watcher::Event::Init);
     for policy in policies {
         index.observe(&watcher::Event::InitApply(policy.clone()));

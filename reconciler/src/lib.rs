@@ -3,41 +3,38 @@
 //! baseline's status. Every decision about the wall comes from `namespace-baseline-core`;
 //! this crate translates between the core and the Kubernetes API.
 
-pub mod api_client;
-pub mod api_door;
-pub mod caches;
-pub mod cli;
-pub mod controller;
-pub mod crd;
-pub mod error;
-pub mod http;
-pub mod leader;
-pub mod metrics;
-pub mod namespace_cache;
-pub mod panics;
-pub mod plan;
-pub mod policy_cache;
-pub mod retry;
-pub mod run;
-pub mod scope;
-pub mod state;
-pub mod status;
-pub mod telemetry;
-pub mod triggers;
-pub mod watches;
-pub mod writes;
-pub mod written;
+// The layers, top to bottom: a module imports from its own layer or the ones below, never
+// from above, and no files import each other in a circle (tests/layers.rs declares the order,
+// checks both and prints the graph: `make layers`).
+
+/// The one-shot commands: `plan`, `api-door`, `crd`.
+pub mod commands;
+
+/// The process: the command line, `run` (leadership terms, shutdown), HTTP, the API client.
+pub mod runtime;
+
+/// One leadership term's controller: reconcile, status, writes, Events.
+pub mod reconcile;
+
+/// The term's view of the cluster: caches, triggers, scope, the writes not seen yet.
+pub mod view;
+
+/// What every layer uses: the one `Error`, metrics, retry policies, panic catching.
+pub mod base;
 
 #[cfg(test)]
 mod deploy_tests;
 #[cfg(test)]
 mod fixtures;
 
-pub use error::{Error, ErrorClass, Result};
+pub use base::error::{Error, ErrorClass, Result};
 
 use std::process::ExitCode;
 
-use cli::{Cli, Command};
+use base::panics;
+use commands::{api_door, cluster_plan, crd};
+use runtime::cli::{Cli, Command};
+use runtime::{run, telemetry};
 
 /// Runs the command line: `run` (the default), `crd` or `plan`; the process's exit code
 /// when it does not fail.
@@ -51,7 +48,7 @@ pub async fn main(cli: Cli) -> Result<ExitCode> {
             telemetry::init(cli.run.log_format)?;
             run::run(cli.run).await.map(|()| ExitCode::SUCCESS)
         }
-        Command::Plan(options) => plan::main(&options).await,
+        Command::Plan(options) => cluster_plan::main(&options).await,
         Command::ApiDoor(options) => {
             print!("{}", api_door::render(options.output).await?);
             Ok(ExitCode::SUCCESS)

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use namespace_baseline_reconciler::cli::Cli;
+use namespace_baseline_reconciler::runtime::cli::Cli;
 
 #[tokio::main]
 async fn main() -> ExitCode {

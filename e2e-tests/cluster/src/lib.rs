@@ -469,7 +469,7 @@ impl Cluster {
                 instance,
                 args,
                 endpoint,
-                "info,namespace_baseline_reconciler=debug",
+                "info,namespace_baseline_reconciler=debug,namespace_baseline_leader=debug",
             )
             .await?;
         let port = reconciler.port;
@@ -531,7 +531,9 @@ impl Cluster {
 
 async fn client_from(kubeconfig: Kubeconfig) -> Result<Client> {
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    Ok(namespace_baseline_reconciler::api_client::client(config)?)
+    Ok(namespace_baseline_reconciler::runtime::api_client::client(
+        config,
+    )?)
 }
 
 /// Every YAML document of a file, as JSON (empty documents skipped).

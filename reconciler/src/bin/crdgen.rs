@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match namespace_baseline_reconciler::crd::yaml() {
+    match namespace_baseline_reconciler::commands::crd::yaml() {
         Ok(yaml) => {
             print!("{yaml}");
             ExitCode::SUCCESS

@@ -20,7 +20,7 @@ use crate::common::{
     wait_wall,
 };
 
-/// The reconciler's lease duration (reconciler/src/leader.rs).
+/// The reconciler's lease duration (leader/src/lib.rs, `Timing::DEFAULT`).
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// NetworkPolicy writes of a replica; both series are exported from the start, so an absent

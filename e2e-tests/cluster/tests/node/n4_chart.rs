@@ -191,7 +191,7 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
         "--set",
         &format!("reconciler.image.tag={tag}"),
         "--set",
-        "reconciler.logLevel=info\\,namespace_baseline_reconciler=debug",
+        "reconciler.logLevel=info\\,namespace_baseline_reconciler=debug\\,namespace_baseline_leader=debug",
         "--wait",
         "--timeout",
         "180s",

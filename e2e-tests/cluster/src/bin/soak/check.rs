@@ -8,7 +8,7 @@ use anyhow::{Result, bail, ensure};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use namespace_baseline_cluster_tests::AuditEvent;
 use namespace_baseline_cluster_tests::leadership::{self, ShutdownEnd, Term};
-use namespace_baseline_reconciler::leader::Timing;
+use namespace_baseline_leader::Timing;
 
 use crate::chaos::{Chaos, Process};
 use crate::options::Options;
@@ -16,7 +16,7 @@ use crate::options::Options;
 /// The longest a leader told to shut down has reason to keep the Lease: a write it had in
 /// flight may take its whole budget (at most the renew deadline plus the write grace after
 /// it started) and be abandoned, and the release then waits the write grace after it
-/// (reconciler/src/leader). A leader holding the Lease longer waited for something else:
+/// (leader/README.md). A leader holding the Lease longer waited for something else:
 /// its release's retries after such a write (within the reconciler's `RELEASE_BUDGET`), or
 /// work it should not have waited for (running reconciles, a hanging election round).
 pub fn write_budget() -> Duration {

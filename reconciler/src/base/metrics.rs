@@ -1,0 +1,255 @@
+//! Prometheus metrics. Labels are bounded enums: never object names.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use std::collections::HashMap;
+
+use namespace_baseline_core::holes::{Direction, Hole, Width};
+
+use crate::base::error::ErrorClass;
+
+/// How a reconcile ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ReconcileResult {
+    Success,
+    TransientError,
+    PermanentError,
+}
+
+impl EncodeLabelValue for ReconcileResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(match self {
+            Self::Success => "success",
+            Self::TransientError => "transient_error",
+            Self::PermanentError => "permanent_error",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: ReconcileResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabels {
+    class: &'static str,
+}
+
+/// One baseline's holes by (width, direction).
+type HoleCounts = HashMap<(Width, Direction), i64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HoleLabels {
+    width: &'static str,
+    direction: &'static str,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ResultLabels, Counter>,
+    errors: Family<ClassLabels, Counter>,
+    drift_repairs: Counter,
+    objects_applied: Counter,
+    reconcile_duration: Histogram,
+    leader: Gauge,
+    holes: Family<HoleLabels, Gauge>,
+    /// Each baseline's holes by (width, direction): the gauge is their sum.
+    holes_by_baseline: std::sync::Mutex<HashMap<String, HoleCounts>>,
+    api_door_mismatch: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("namespace_baseline");
+        let reconciles = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Reconciles of NamespaceBaselines, by result",
+            reconciles.clone(),
+        );
+        let errors = Family::<ClassLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles, by error class",
+            errors.clone(),
+        );
+        let drift_repairs = Counter::default();
+        registry.register(
+            "drift_repairs",
+            "Managed NetworkPolicies found drifted and repaired",
+            drift_repairs.clone(),
+        );
+        let objects_applied = Counter::default();
+        registry.register(
+            "objects_applied",
+            "NetworkPolicy writes (server-side applies and deletes)",
+            objects_applied.clone(),
+        );
+        let reconcile_duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Duration of one reconcile",
+            prometheus_client::registry::Unit::Seconds,
+            reconcile_duration.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease and reconciles",
+            leader.clone(),
+        );
+        let holes = Family::<HoleLabels, Gauge>::default();
+        registry.register(
+            "holes",
+            "Rules of other NetworkPolicies opening the walls, by width and direction, summed over the baselines",
+            holes.clone(),
+        );
+        let api_door_mismatch = Gauge::default();
+        registry.register(
+            "api_door_mismatch",
+            "1 while the reconciler's own egress door does not open every API server endpoint (EndpointSlice default/kubernetes): it is locked out, or will be at the next restart",
+            api_door_mismatch.clone(),
+        );
+        // Every series exists from the start, at 0: an absent series is then a bug (renamed,
+        // never exported), never "nothing happened yet".
+        for result in [
+            ReconcileResult::Success,
+            ReconcileResult::TransientError,
+            ReconcileResult::PermanentError,
+        ] {
+            drop(reconciles.get_or_create(&ResultLabels { result }));
+        }
+        for class in [ErrorClass::Transient, ErrorClass::Permanent] {
+            drop(errors.get_or_create(&ClassLabels {
+                class: class.as_str(),
+            }));
+        }
+        for width in Width::ALL {
+            for direction in [Direction::Ingress, Direction::Egress] {
+                drop(holes.get_or_create(&HoleLabels {
+                    width: width.as_str(),
+                    direction: direction.as_str(),
+                }));
+            }
+        }
+        Self {
+            registry,
+            reconciles,
+            errors,
+            drift_repairs,
+            objects_applied,
+            reconcile_duration,
+            leader,
+            holes,
+            holes_by_baseline: std::sync::Mutex::default(),
+            api_door_mismatch,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn reconciled(&self, result: ReconcileResult, duration: Duration) {
+        self.reconciles
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        self.reconcile_duration.observe(duration.as_secs_f64());
+    }
+
+    pub fn error(&self, class: ErrorClass) {
+        self.errors
+            .get_or_create(&ClassLabels {
+                class: class.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn drift_repaired(&self, count: u32) {
+        self.drift_repairs.inc_by(u64::from(count));
+    }
+
+    pub fn objects_applied(&self, count: u32) {
+        self.objects_applied.inc_by(u64::from(count));
+    }
+
+    /// Replaces `baseline`'s holes in the `holes` gauge.
+    pub fn set_holes<'a>(&self, baseline: &str, holes: impl IntoIterator<Item = &'a Hole>) {
+        let mut counts = HoleCounts::new();
+        for hole in holes {
+            *counts.entry((hole.width, hole.direction)).or_insert(0) += 1;
+        }
+        let mut by_baseline = self
+            .holes_by_baseline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        by_baseline.insert(baseline.to_owned(), counts);
+        for width in Width::ALL {
+            for direction in [Direction::Ingress, Direction::Egress] {
+                let total: i64 = by_baseline
+                    .values()
+                    .map(|counts| counts.get(&(width, direction)).copied().unwrap_or(0))
+                    .sum();
+                self.holes
+                    .get_or_create(&HoleLabels {
+                        width: width.as_str(),
+                        direction: direction.as_str(),
+                    })
+                    .set(total);
+            }
+        }
+    }
+
+    pub fn set_api_door_mismatch(&self, mismatch: bool) {
+        self.api_door_mismatch.set(i64::from(mismatch));
+    }
+
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_metric_without_object_names() {
+        let metrics = Metrics::default();
+        metrics.reconciled(ReconcileResult::Success, Duration::from_millis(20));
+        metrics.reconciled(ReconcileResult::TransientError, Duration::from_millis(20));
+        metrics.error(ErrorClass::Transient);
+        metrics.drift_repaired(2);
+        metrics.objects_applied(4);
+        metrics.set_leader(true);
+        let text = metrics.render().unwrap();
+        for line in [
+            r#"namespace_baseline_reconciles_total{result="success"} 1"#,
+            r#"namespace_baseline_reconciles_total{result="transient_error"} 1"#,
+            r#"namespace_baseline_reconcile_errors_total{class="transient"} 1"#,
+            "namespace_baseline_drift_repairs_total 2",
+            "namespace_baseline_objects_applied_total 4",
+            "namespace_baseline_reconcile_duration_seconds_count 2",
+            "namespace_baseline_leader 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+}

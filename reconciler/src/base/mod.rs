@@ -1,0 +1,8 @@
+//! What every layer uses and that uses nothing of the reconciler: the one [`error::Error`]
+//! with its Permanent/Transient classification, the metrics, the retry and backoff
+//! policies, and the catching of panics.
+
+pub mod error;
+pub mod metrics;
+pub mod panics;
+pub mod retry;

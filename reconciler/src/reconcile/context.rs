@@ -1,0 +1,74 @@
+//! What a reconcile is given, for one leadership term (kube-rs's `Context`): the client, the
+//! caches, the Event recorder, the settings and the process's state; and the one way it
+//! writes, [`Context::write`], through the leader gate.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::base::error::Result;
+use crate::reconcile::state::State;
+use crate::view::caches::Caches;
+
+/// The `reportingController` of the Events this reconciler publishes.
+pub const CONTROLLER_NAME: &str = "hedronite.io/namespace-baseline-reconciler";
+
+/// Tunables from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Namespaces written to in parallel.
+    pub concurrency: usize,
+    /// Requeue interval after a successful reconcile: the safety net behind the watches.
+    pub resync: Duration,
+    /// The namespace of the cluster's DNS Service, whose endpoints the DNS doors are checked
+    /// against; `None`: no check.
+    pub dns_namespace: Option<String>,
+    /// The reconciler's own NetworkPolicy (namespace, name), whose egress door to the API
+    /// server is checked against the API server's endpoints; `None`: not checked.
+    pub api_door: Option<(String, String)>,
+}
+
+/// Everything a reconcile needs, for one leadership term.
+pub struct Context {
+    pub client: Client,
+    pub caches: Caches,
+    pub recorder: Recorder,
+    pub settings: Settings,
+    /// Shared with the HTTP server and the next term.
+    pub state: Arc<State>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        caches: Caches,
+        settings: Settings,
+        state: Arc<State>,
+        instance: String,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: CONTROLLER_NAME.to_owned(),
+            instance: Some(instance),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            caches,
+            settings,
+            state,
+        }
+    }
+}
+
+impl Context {
+    /// Runs one write to the API through the leader gate ([`State::write`]).
+    pub(crate) async fn write<T>(
+        &self,
+        request: impl Future<Output = kube::Result<T>>,
+    ) -> Result<kube::Result<T>> {
+        self.state.write(request).await
+    }
+}

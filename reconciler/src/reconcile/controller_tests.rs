@@ -1,0 +1,1097 @@
+//! Reconcile against a mocked API server with filled caches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use kube::runtime::controller::Action;
+use namespace_baseline_core::NamespaceBaselineSpec;
+use namespace_baseline_core::spec::{DeletionPolicy, Mode, NamespaceBaseline};
+use namespace_baseline_core::wall::desired_wall;
+use rstest::rstest;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::base::error::ErrorClass;
+use crate::fixtures::{
+    Harness, RESYNC, Recorded, baseline, failure, healthy, namespace, stored_wall,
+};
+use crate::reconcile::status::{self, Report};
+use crate::view::namespace_cache::namespace_meta;
+use crate::view::policy_cache::slim_policy;
+use namespace_baseline_core::plan::plan;
+use namespace_baseline_leader::{LeaderGate, testing};
+
+const BASELINES: &str = "/apis/hedronite.io/v1alpha1/namespacebaselines";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+
+fn seed() -> NamespaceBaselineSpec {
+    NamespaceBaselineSpec::new("baseline=guarded")
+}
+
+fn policy_path(namespace: &str, name: &str) -> String {
+    format!("/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}")
+}
+
+fn guarded_namespaces() -> Vec<k8s_openapi::api::core::v1::Namespace> {
+    vec![
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "guarded")]),
+        namespace("other", &[("baseline", "open")]),
+    ]
+}
+
+/// The status a converged baseline already carries.
+fn converged(mut baseline: NamespaceBaseline, namespaces: u32) -> NamespaceBaseline {
+    let report = Report {
+        generation: baseline.meta().generation,
+        mode: baseline.spec.mode,
+        namespaces,
+        objects_applied: 0,
+        drifted: 0,
+        failure: None,
+        drift_repairs: 0,
+        holes: Some(Vec::new()),
+        dns: baseline
+            .spec
+            .allow_dns
+            .then(crate::fixtures::healthy_dns_reachability),
+    };
+    let time = Time(Timestamp::from_second(1_700_000_000).unwrap());
+    baseline.status = Some(status::desired(None, &report, &time));
+    baseline
+}
+
+fn full_wall(
+    spec: &NamespaceBaselineSpec,
+    namespaces: &[&str],
+) -> Vec<k8s_openapi::api::networking::v1::NetworkPolicy> {
+    namespaces
+        .iter()
+        .flat_map(|ns| stored_wall("guarded", ns, spec))
+        .collect()
+}
+
+fn status_patches(requests: &[Recorded]) -> Vec<&Value> {
+    requests
+        .iter()
+        .filter(|r| r.is("PATCH", &format!("{BASELINES}/guarded/status")))
+        .map(|r| &r.body["status"])
+        .collect()
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap()
+}
+
+fn event_reasons(requests: &[Recorded]) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.is("POST", EVENTS))
+        .map(|r| r.body["reason"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn policy_requests(requests: &[Recorded]) -> Vec<&Recorded> {
+    requests
+        .iter()
+        .filter(|r| r.path.contains("/networkpolicies/"))
+        .collect()
+}
+
+async fn run(harness: &Harness, baseline: NamespaceBaseline) -> Result<Action> {
+    let ctx = harness.ctx.clone();
+    tokio::time::timeout(Duration::from_secs(5), reconcile(Arc::new(baseline), ctx))
+        .await
+        .expect("reconcile hung")
+}
+
+#[tokio::test]
+async fn installs_the_wall_with_two_applies_per_matching_namespace_then_reports() {
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    let action = run(&harness, baseline("guarded", seed())).await.unwrap();
+    assert_eq!(action, Action::requeue(RESYNC));
+    let requests = harness.requests().await;
+
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 4, "{requests:#?}");
+    for ns in ["team-a", "team-b"] {
+        for desired in desired_wall("guarded", ns, &seed()) {
+            let name = desired.metadata.name.clone().unwrap();
+            let apply = applies
+                .iter()
+                .find(|r| r.path == policy_path(ns, &name))
+                .unwrap_or_else(|| panic!("no apply of {ns}/{name}"));
+            assert_eq!(apply.method, "PATCH");
+            assert_eq!(apply.content_type, "application/apply-patch+yaml");
+            assert!(
+                apply.query.contains("fieldManager=namespace-baseline"),
+                "{}",
+                apply.query
+            );
+            assert!(apply.query.contains("force=true"), "{}", apply.query);
+            // The whole object, every spec field named (empty rule lists included).
+            assert_eq!(apply.body, serde_json::to_value(&desired).unwrap());
+        }
+    }
+    assert!(applies.iter().all(|r| !r.path.contains("/other/")));
+
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses.len(), 1);
+    let status = statuses[0];
+    assert_eq!(status["namespaces"], 2);
+    assert_eq!(status["objectsApplied"], 4);
+    assert_eq!(status["drifted"], 0);
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(condition(status, "Ready")["status"], "True");
+    assert_eq!(condition(status, "Ready")["reason"], "WallInPlace");
+    assert_eq!(condition(status, "Degraded")["status"], "False");
+    // Status is written after the wall, on the status subresource only.
+    let status_at = requests
+        .iter()
+        .position(|r| r.path.ends_with("/status"))
+        .unwrap();
+    let last_apply = requests
+        .iter()
+        .rposition(|r| r.path.contains("/networkpolicies/"))
+        .unwrap();
+    assert!(last_apply < status_at);
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.is("PATCH", &format!("{BASELINES}/guarded")))
+    );
+
+    assert_eq!(event_reasons(&requests), ["WallInstalled"]);
+}
+
+#[tokio::test]
+async fn a_converged_cluster_costs_no_request_at_all() {
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a", "team-b"]),
+        Box::new(healthy),
+    );
+    let action = run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    assert_eq!(action, Action::requeue(RESYNC));
+    let requests = harness.requests().await;
+    assert!(
+        requests.is_empty(),
+        "expected no request, got {requests:#?}"
+    );
+}
+
+#[rstest]
+#[case::egress_slipped_into_deny_all(0, json!({"egress": [{}]}))]
+#[case::pod_selector_narrowed(0, json!({"podSelector": {"matchLabels": {"app": "web"}}}))]
+#[case::dns_door_widened(1, json!({"egress": [{"to": [{"podSelector": {}}]}]}))]
+#[tokio::test]
+async fn drift_is_repaired_with_one_whole_object_apply(#[case] index: usize, #[case] edit: Value) {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    let mut drifted = serde_json::to_value(&policies[index]).unwrap();
+    for (key, value) in edit.as_object().unwrap() {
+        drifted["spec"][key] = value.clone();
+    }
+    policies[index] = serde_json::from_value(drifted).unwrap();
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let state = harness.state.clone();
+    let requests = harness.requests().await;
+
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 1, "{requests:#?}");
+    let desired = &desired_wall("guarded", "team-a", &seed())[index];
+    assert_eq!(
+        applies[0].path,
+        policy_path("team-a", desired.metadata.name.as_ref().unwrap())
+    );
+    assert_eq!(applies[0].body, serde_json::to_value(desired).unwrap());
+    assert!(applies[0].query.contains("force=true"));
+
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses.len(), 1);
+    assert_eq!(statuses[0]["objectsApplied"], 1);
+    assert_eq!(event_reasons(&requests), ["DriftRepaired"]);
+    assert!(
+        state
+            .metrics
+            .render()
+            .unwrap()
+            .contains("namespace_baseline_drift_repairs_total 1")
+    );
+}
+
+/// The echo of a repair's policy write can reconcile before the baseline cache shows the
+/// repair's status write (a lagging or cut watch): that reconcile still brings
+/// `objectsApplied` back to 0 with the repair counted, comparing with the status it wrote,
+/// not the cache's older one (which already says 0 and no repair).
+#[tokio::test]
+async fn a_reconcile_ahead_of_the_baseline_cache_compares_with_the_status_it_wrote() {
+    let intact = full_wall(&seed(), &["team-a", "team-b"]);
+    let mut drifted = intact.clone();
+    drifted[0] = serde_json::from_value(json!({
+        "metadata": serde_json::to_value(&intact[0].metadata).unwrap(),
+        "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress", "Egress"]},
+    }))
+    .unwrap();
+    let harness = Harness::new(guarded_namespaces(), drifted, Box::new(healthy));
+    let cached = converged(baseline("guarded", seed()), 2);
+    run(&harness, cached.clone()).await.unwrap();
+
+    let echo = harness.with_policies(intact);
+    reconcile(Arc::new(cached), echo.clone()).await.unwrap();
+    drop(echo);
+    let requests = harness.requests().await;
+    assert_eq!(policy_requests(&requests).len(), 1, "{requests:#?}");
+    let statuses = status_patches(&requests);
+    let counts: Vec<_> = statuses
+        .iter()
+        .map(|status| (&status["objectsApplied"], &status["driftRepairs"]))
+        .collect();
+    assert_eq!(
+        counts,
+        [(&json!(1), &json!(1)), (&json!(0), &json!(1))],
+        "{statuses:#?}"
+    );
+}
+
+/// The two applies of a namespace echo separately: a reconcile triggered by the first echo
+/// finds the second object not in the cache yet, and must not write it again.
+#[tokio::test]
+async fn a_policy_being_written_is_not_written_again_before_the_watch_shows_it() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    let dns = policies.remove(3); // team-b's DNS door: applied, its echo not arrived
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    let (namespace, name) = (
+        dns.metadata.namespace.as_deref().unwrap(),
+        dns.metadata.name.as_deref().unwrap(),
+    );
+    harness.ctx.caches.unseen.applying(namespace, name);
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    // The echo arrives, then the object is deleted: the next reconcile writes it.
+    harness
+        .ctx
+        .caches
+        .unseen
+        .observe(&kube::runtime::watcher::Event::Apply(dns.clone()));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 1, "{applies:#?}");
+    assert_eq!(applies[0].path, policy_path(namespace, name));
+}
+
+#[tokio::test]
+async fn a_deleted_policy_is_recreated() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies.remove(2); // team-b's deny-all
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 1);
+    assert_eq!(
+        applies[0].path,
+        policy_path("team-b", "nsb-guarded-default-deny")
+    );
+}
+
+/// A policy someone deleted (the watch saw it go) is re-created as the repair of a
+/// deletion: counted, in the status and in a `DriftRepaired` Event naming it; one never seen
+/// before is an install.
+#[tokio::test]
+async fn a_policy_seen_deleted_is_repaired_and_reported_as_deleted() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    let deleted = policies.remove(2); // team-b's deny-all
+    policies.remove(0); // team-a's deny-all: never seen, an install
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    harness
+        .ctx
+        .caches
+        .unseen
+        .observe(&kube::runtime::watcher::Event::Delete(deleted.clone()));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let state = harness.state.clone();
+    let unseen = harness.ctx.caches.unseen.clone();
+    let requests = harness.requests().await;
+    assert_eq!(policy_requests(&requests).len(), 2);
+    assert_eq!(event_reasons(&requests), ["WallInstalled", "DriftRepaired"]);
+    let repaired = requests
+        .iter()
+        .find(|r| r.is("POST", EVENTS) && r.body["reason"] == "DriftRepaired")
+        .unwrap();
+    assert_eq!(
+        repaired.body["note"],
+        "repaired drifted NetworkPolicies: team-b/nsb-guarded-default-deny (deleted)"
+    );
+    assert_eq!(status_patches(&requests)[0]["driftRepairs"], 1);
+    let metrics = state.metrics.render().unwrap();
+    assert!(
+        metrics.contains("namespace_baseline_drift_repairs_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        !unseen.deleted_by_others("team-b", "nsb-guarded-default-deny"),
+        "the tombstone is consumed"
+    );
+}
+
+fn open_policy(
+    namespace: &str,
+    name: &str,
+    spec: Value,
+) -> k8s_openapi::api::networking::v1::NetworkPolicy {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": namespace}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+/// `allow-all-in` in `namespace`: every pod open to every source, the widest hole.
+fn allow_all_in(namespace: &str) -> k8s_openapi::api::networking::v1::NetworkPolicy {
+    open_policy(
+        namespace,
+        "allow-all-in",
+        json!({"podSelector": {}, "ingress": [{}]}),
+    )
+}
+
+/// Another policy opening the wall to the world in a covered namespace unseals it: the
+/// status counts the hole and says which, one `HoleOpened` Event per new hole, the metric
+/// counts it; a hole in a namespace the baseline does not cover is none of its business.
+#[tokio::test]
+async fn holes_in_covered_namespaces_unseal_the_wall_and_are_announced() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies.push(allow_all_in("team-a"));
+    policies.push(open_policy("team-b", "web", json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "lb"}}}]}]})));
+    policies.push(allow_all_in("other"));
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let state = harness.state.clone();
+    let requests = harness.requests().await;
+    assert!(
+        policy_requests(&requests).is_empty(),
+        "holes are reported, never closed"
+    );
+    let status = status_patches(&requests)[0].clone();
+    assert_eq!(status["holes"]["World"], 1);
+    assert_eq!(status["holes"]["Pods"], 1);
+    let sealed = condition(&status, "Sealed");
+    assert_eq!(sealed["status"], "False");
+    assert_eq!(sealed["reason"], "OpenToWorld");
+    assert_eq!(
+        sealed["message"],
+        "team-a: NetworkPolicy allow-all-in ingress rule 0 opens every port to the whole internet"
+    );
+    assert_eq!(event_reasons(&requests), ["HoleOpened", "HoleOpened"]);
+    let metrics = state.metrics.render().unwrap();
+    assert!(
+        metrics.contains(r#"namespace_baseline_holes{width="World",direction="Ingress"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_hole_reported_before_gets_no_second_event() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies.push(allow_all_in("team-a"));
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    assert_eq!(event_reasons(&requests), ["HoleOpened"]);
+}
+
+/// The DNS door checked against the DNS Service's endpoints: OpenShift's DNS listens on 5353;
+/// a door on 53 is reported (condition, Event), never blocked: the wall is installed.
+#[tokio::test]
+async fn a_door_that_misses_the_dns_endpoints_is_reported_not_blocked() {
+    let dns = crate::fixtures::healthy_dns();
+    let slice: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "kube-dns-x", "namespace": "kube-system", "labels": {"kubernetes.io/service-name": "kube-dns"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.0.5"], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "namespace": "kube-system", "name": "coredns-a"}}],
+        "ports": [{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}],
+    }))
+    .unwrap();
+    let dns = crate::view::caches::DnsCaches::of(
+        "kube-system",
+        dns.services.clone(),
+        crate::fixtures::store(vec![slice]),
+        dns.pods.clone(),
+    );
+    let harness = Harness::with_dns(guarded_namespaces(), vec![], Box::new(healthy), dns);
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    let requests = harness.requests().await;
+    assert_eq!(
+        policy_requests(&requests).len(),
+        4,
+        "the wall is installed anyway"
+    );
+    let status = status_patches(&requests)[0].clone();
+    let reachable = condition(&status, "DNSReachable");
+    assert_eq!(reachable["status"], "False");
+    assert_eq!(reachable["reason"], "PortMismatch");
+    assert!(
+        reachable["message"]
+            .as_str()
+            .unwrap()
+            .contains("listen on TCP 5353, UDP 5353 but the door opens UDP 53, TCP 53")
+    );
+    assert_eq!(condition(&status, "Ready")["status"], "True");
+    assert!(event_reasons(&requests).contains(&"DNSUnreachable".to_owned()));
+}
+
+/// After a full pass, a watch event on one namespace makes the next reconcile plan and write
+/// for that namespace only; the status still counts every namespace.
+#[tokio::test]
+async fn a_namespace_event_reconciles_that_namespace_alone() {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies.remove(2); // team-b's deny-all
+    policies.remove(0); // team-a's deny-all
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    // A full pass was made a moment ago ...
+    assert_eq!(
+        harness.ctx.caches.dirty.take("guarded", RESYNC),
+        crate::view::scope::Scope::All
+    );
+    // ... and the watch saw something in team-b only.
+    harness.ctx.caches.dirty.namespace("guarded", "team-b");
+    run(&harness, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    let applies = policy_requests(&requests);
+    assert_eq!(applies.len(), 1, "{applies:#?}");
+    assert_eq!(
+        applies[0].path,
+        policy_path("team-b", "nsb-guarded-default-deny")
+    );
+    assert_eq!(status_patches(&requests)[0]["namespaces"], 2);
+}
+
+/// A scoped reconcile counts the baseline's namespaces from its last full pass and its own
+/// namespaces: one joining, then one leaving, move the status's count.
+#[tokio::test]
+async fn a_scoped_reconcile_counts_the_namespaces_that_joined_and_left() {
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a", "team-b"]),
+        Box::new(healthy),
+    );
+    let cached = converged(baseline("guarded", seed()), 2);
+    // The first reconcile is the full pass: everything in place, nothing written.
+    run(&harness, cached.clone()).await.unwrap();
+
+    let joined = harness.with_namespaces(vec![
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "guarded")]),
+        namespace("other", &[("baseline", "guarded")]),
+    ]);
+    joined.caches.dirty.namespace("guarded", "other");
+    reconcile(Arc::new(cached.clone()), joined.clone())
+        .await
+        .unwrap();
+    let left = harness.with_namespaces(vec![
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "open")]),
+        namespace("other", &[("baseline", "guarded")]),
+    ]);
+    left.caches.dirty.namespace("guarded", "team-b");
+    reconcile(Arc::new(cached), left.clone()).await.unwrap();
+    drop((joined, left));
+
+    let requests = harness.requests().await;
+    let counts: Vec<_> = status_patches(&requests)
+        .iter()
+        .map(|status| status["namespaces"].clone())
+        .collect();
+    assert_eq!(counts, [json!(3), json!(2)], "{requests:#?}");
+}
+
+#[tokio::test]
+async fn an_invalid_selector_is_a_permanent_failure_reported_once() {
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    let broken = baseline("guarded", NamespaceBaselineSpec::new("baseline!=guarded"));
+    let action = run(&harness, broken).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let state = harness.state.clone();
+    let requests = harness.requests().await;
+
+    assert!(
+        policy_requests(&requests).is_empty(),
+        "never read as another selector"
+    );
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses.len(), 1);
+    let ready = condition(statuses[0], "Ready");
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "InvalidSpec");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("'!=' is not supported")
+    );
+    assert_eq!(condition(statuses[0], "Degraded")["status"], "True");
+    let events: Vec<_> = requests.iter().filter(|r| r.is("POST", EVENTS)).collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].body["type"], "Warning");
+    assert_eq!(events[0].body["reason"], "InvalidSpec");
+    assert_eq!(events[0].body["regarding"]["name"], "guarded");
+    let metrics = state.metrics.render().unwrap();
+    assert!(metrics.contains(r#"namespace_baseline_reconcile_errors_total{class="permanent"} 1"#));
+    assert!(metrics.contains(r#"namespace_baseline_reconciles_total{result="permanent_error"} 1"#));
+    assert_eq!(state.retries.attempts("guarded"), 0, "no retry scheduled");
+}
+
+#[tokio::test]
+async fn a_permanent_failure_already_reported_is_not_announced_again() {
+    let broken = baseline("guarded", NamespaceBaselineSpec::new("baseline!=guarded"));
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    run(&harness, broken.clone()).await.unwrap();
+    let reported =
+        serde_json::from_value(status_patches(&harness.requests().await)[0].clone()).unwrap();
+
+    let mut again = broken;
+    again.status = Some(reported);
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    assert_eq!(run(&harness, again).await.unwrap(), Action::await_change());
+    let requests = harness.requests().await;
+    assert!(requests.is_empty(), "{requests:#?}");
+}
+
+#[tokio::test]
+async fn a_forbidden_apply_is_permanent() {
+    let responder = |request: &Recorded| {
+        if request.path.contains("/networkpolicies/") {
+            failure(403, "Forbidden")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
+    let action = run(&harness, baseline("guarded", seed())).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let requests = harness.requests().await;
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses.len(), 1);
+    let ready = condition(statuses[0], "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("Forbidden"))
+    );
+    assert_eq!(statuses[0]["drifted"], 4, "nothing could be applied");
+    assert_eq!(event_reasons(&requests), ["Forbidden"]);
+}
+
+#[tokio::test]
+async fn a_server_error_requeues_with_growing_backoff_and_success_resets_it() {
+    let responder = |request: &Recorded| {
+        if request.path == policy_path("team-b", "nsb-guarded-default-deny") {
+            failure(500, "InternalError")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
+    let guarded = Arc::new(baseline("guarded", seed()));
+
+    let error = run(&harness, guarded.as_ref().clone()).await.unwrap_err();
+    assert_eq!(error.class(), ErrorClass::Transient);
+    let first = error_policy(guarded.clone(), &error, harness.ctx.clone());
+    let error = run(&harness, guarded.as_ref().clone()).await.unwrap_err();
+    let second = error_policy(guarded.clone(), &error, harness.ctx.clone());
+    assert_eq!(harness.state.retries.attempts("guarded"), 2);
+    // The harness's retries have no jitter: exactly half the exponential ceiling (0.2 s, then
+    // 0.4 s).
+    assert_eq!(first, Action::requeue(Duration::from_millis(100)));
+    assert_eq!(second, Action::requeue(Duration::from_millis(200)));
+
+    // The other namespace was still written, and the status says it is retrying.
+    let state = harness.state.clone();
+    let requests = harness.requests().await;
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.path == policy_path("team-a", "nsb-guarded-default-deny"))
+    );
+    let ready = condition(status_patches(&requests)[0], "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("ServerError"))
+    );
+    assert!(ready["message"].as_str().unwrap().ends_with("retrying"));
+    assert!(
+        event_reasons(&requests).is_empty(),
+        "no permanent-failure Event"
+    );
+    assert!(
+        state
+            .metrics
+            .render()
+            .unwrap()
+            .contains(r#"namespace_baseline_reconcile_errors_total{class="transient"} 2"#)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_that_never_answers_times_out_as_transient() {
+    let responder = |request: &Recorded| {
+        if request.path.contains("/networkpolicies/") {
+            (crate::fixtures::NO_ANSWER, Value::Null)
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
+    let reconciled = reconcile(Arc::new(baseline("guarded", seed())), harness.ctx.clone());
+    let error = reconciled.await.unwrap_err();
+    assert_eq!(error.class(), ErrorClass::Transient);
+    assert!(
+        error.report().contains("no answer within 30s"),
+        "{}",
+        error.report()
+    );
+}
+
+#[tokio::test]
+async fn success_resets_the_backoff() {
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    harness.state.retries.failed("guarded");
+    harness.state.retries.failed("guarded");
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    assert_eq!(harness.state.retries.attempts("guarded"), 0);
+}
+
+#[rstest]
+#[case::orphan(DeletionPolicy::Orphan, 0)]
+#[case::delete(DeletionPolicy::Delete, 2)]
+#[tokio::test]
+async fn a_namespace_that_stops_matching(#[case] policy: DeletionPolicy, #[case] deletes: usize) {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: policy,
+        ..seed()
+    };
+    // team-b was relabelled: its wall is still there.
+    let namespaces = vec![
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "open")]),
+    ];
+    let mut guarded = baseline("guarded", spec.clone());
+    if policy == DeletionPolicy::Delete {
+        guarded.meta_mut().finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
+    }
+    let harness = Harness::new(
+        namespaces,
+        full_wall(&spec, &["team-a", "team-b"]),
+        Box::new(healthy),
+    );
+    run(&harness, converged(guarded, 1)).await.unwrap();
+    let requests = harness.requests().await;
+    let writes = policy_requests(&requests);
+    assert_eq!(writes.len(), deletes, "{requests:#?}");
+    assert!(
+        writes
+            .iter()
+            .all(|r| r.method == "DELETE" && r.path.contains("/team-b/"))
+    );
+}
+
+#[tokio::test]
+async fn turning_dns_off_removes_the_dns_door() {
+    let spec = NamespaceBaselineSpec {
+        allow_dns: false,
+        ..seed()
+    };
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a", "team-b"]),
+        Box::new(healthy),
+    );
+    run(&harness, converged(baseline("guarded", spec), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    let mut writes: Vec<_> = policy_requests(&requests)
+        .iter()
+        .map(|r| (r.method.clone(), r.path.clone()))
+        .collect();
+    writes.sort();
+    assert_eq!(
+        writes,
+        [
+            (
+                "DELETE".to_owned(),
+                policy_path("team-a", "nsb-guarded-allow-dns")
+            ),
+            (
+                "DELETE".to_owned(),
+                policy_path("team-b", "nsb-guarded-allow-dns")
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn policies_without_the_managed_labels_are_never_touched() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    // Same names as the wall, but no managed label: not ours, even under Delete.
+    let mut foreign = stored_wall("guarded", "team-b", &spec);
+    for policy in &mut foreign {
+        policy.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    }
+    let namespaces = vec![namespace("team-b", &[("baseline", "open")])];
+    let mut guarded = baseline("guarded", spec);
+    guarded.meta_mut().finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
+    let harness = Harness::new(namespaces, foreign, Box::new(healthy));
+    run(&harness, converged(guarded, 0)).await.unwrap();
+    assert!(harness.requests().await.is_empty());
+}
+
+#[tokio::test]
+async fn audit_mode_reports_drift_and_writes_no_policy() {
+    let spec = NamespaceBaselineSpec {
+        mode: Mode::Audit,
+        ..seed()
+    };
+    // team-a is walled but its deny-all drifted; team-b has no wall at all.
+    let mut policies = full_wall(&spec, &["team-a"]);
+    policies[0].spec.as_mut().unwrap().egress = Some(vec![Default::default()]);
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    let action = run(&harness, baseline("guarded", spec)).await.unwrap();
+    assert_eq!(action, Action::requeue(RESYNC));
+    let requests = harness.requests().await;
+    assert!(policy_requests(&requests).is_empty(), "{requests:#?}");
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses[0]["drifted"], 3);
+    assert_eq!(statuses[0]["objectsApplied"], 0);
+    assert_eq!(
+        condition(statuses[0], "Degraded")["reason"],
+        "DriftDetected"
+    );
+    assert_eq!(event_reasons(&requests), ["DriftDetected"]);
+}
+
+#[tokio::test]
+async fn delete_policy_adds_the_finalizer_and_orphan_removes_it() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let wall = full_wall(&spec, &["team-a", "team-b"]);
+    let harness = Harness::new(guarded_namespaces(), wall.clone(), Box::new(healthy));
+    run(&harness, converged(baseline("guarded", spec), 2))
+        .await
+        .unwrap();
+    let requests = harness.requests().await;
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert!(requests[0].is("PATCH", &format!("{BASELINES}/guarded")));
+    assert_eq!(requests[0].content_type, "application/merge-patch+json");
+    assert_eq!(
+        requests[0].body,
+        json!({"metadata": {"finalizers": [CLEANUP_FINALIZER], "resourceVersion": "100"}})
+    );
+
+    let mut orphan = baseline("guarded", seed());
+    orphan.meta_mut().finalizers = Some(vec!["other/keep".into(), CLEANUP_FINALIZER.into()]);
+    let harness = Harness::new(guarded_namespaces(), wall, Box::new(healthy));
+    run(&harness, converged(orphan, 2)).await.unwrap();
+    let requests = harness.requests().await;
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert_eq!(
+        requests[0].body["metadata"]["finalizers"],
+        json!(["other/keep"])
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_delete_baseline_removes_its_wall_then_the_finalizer() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let mut guarded = baseline("guarded", spec.clone());
+    guarded.meta_mut().finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
+    guarded.meta_mut().deletion_timestamp = Some(Time(Timestamp::now()));
+    let mut policies = full_wall(&spec, &["team-a", "team-b"]);
+    policies.extend(stored_wall("other-baseline", "team-a", &spec));
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(healthy));
+    let action = run(&harness, guarded).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let requests = harness.requests().await;
+    let deletes: Vec<_> = requests.iter().filter(|r| r.method == "DELETE").collect();
+    assert_eq!(deletes.len(), 4);
+    assert!(deletes.iter().all(|r| r.path.contains("nsb-guarded-")));
+    let last = requests.last().unwrap();
+    assert!(last.is("PATCH", &format!("{BASELINES}/guarded")));
+    assert_eq!(last.body["metadata"]["finalizers"], json!([]));
+}
+
+#[tokio::test]
+async fn deleting_an_orphan_baseline_touches_nothing() {
+    let mut guarded = baseline("guarded", seed());
+    guarded.meta_mut().deletion_timestamp = Some(Time(Timestamp::now()));
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a"]),
+        Box::new(healthy),
+    );
+    assert_eq!(
+        run(&harness, guarded).await.unwrap(),
+        Action::await_change()
+    );
+    assert!(harness.requests().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_replica_without_the_lease_writes_nothing() {
+    let harness = Harness::with_gate(
+        guarded_namespaces(),
+        vec![],
+        Box::new(healthy),
+        LeaderGate::elected(namespace_baseline_leader::Timing::DEFAULT),
+    );
+    let error = run(&harness, baseline("guarded", seed()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::NotLeader), "{error:?}");
+    assert_eq!(error.class(), ErrorClass::Transient);
+    assert!(harness.requests().await.is_empty());
+}
+
+/// A holder whose last lease renewal failed writes nothing until a renewal succeeds: the
+/// reconcile waits at the gate and goes on once it reopens.
+#[tokio::test]
+async fn a_leader_in_doubt_holds_its_writes_until_a_renewal_succeeds() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let gate = LeaderGate::elected(namespace_baseline_leader::Timing::DEFAULT);
+    testing::renewed(&gate, tokio::time::Instant::now());
+    testing::doubt(&gate);
+    let renewed = Arc::new(AtomicBool::new(false));
+    let seen = renewed.clone();
+    let responder = Box::new(move |request: &crate::fixtures::Recorded| {
+        assert!(
+            seen.load(Ordering::SeqCst),
+            "a write went out in doubt: {} {}",
+            request.method,
+            request.path
+        );
+        healthy(request)
+    });
+    let harness = Harness::with_gate(guarded_namespaces(), vec![], responder, gate);
+    let state = harness.state.clone();
+    let renewal = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        renewed.store(true, Ordering::SeqCst);
+        testing::renewed(&state.leader, tokio::time::Instant::now());
+    });
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    renewal.await.unwrap();
+    let writes = harness.requests().await;
+    assert!(writes.iter().any(|r| r.method == "PATCH"), "{writes:?}");
+}
+
+/// ... and fails as `NotLeader`, writing nothing, when no renewal comes.
+#[tokio::test(start_paused = true)]
+async fn a_leader_in_doubt_that_is_not_renewed_writes_nothing() {
+    let gate = LeaderGate::elected(namespace_baseline_leader::Timing::DEFAULT);
+    testing::renewed(&gate, tokio::time::Instant::now());
+    testing::doubt(&gate);
+    let harness = Harness::with_gate(guarded_namespaces(), vec![], Box::new(healthy), gate);
+    let error = run(&harness, baseline("guarded", seed()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::NotLeader), "{error:?}");
+    assert!(harness.requests().await.is_empty());
+}
+
+#[test]
+fn terminating_namespaces_are_neither_counted_nor_written() {
+    let mut leaving = namespace("team-b", &[("baseline", "guarded")]);
+    leaving.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    let namespaces = vec![
+        Arc::new(namespace("team-a", &[("baseline", "guarded")])),
+        Arc::new(leaving),
+    ];
+    let selector = seed().validate().unwrap();
+    let plan = plan(
+        "guarded",
+        &seed(),
+        &selector,
+        &namespaces,
+        &[] as &[Arc<k8s_openapi::api::networking::v1::NetworkPolicy>],
+    );
+    assert_eq!(plan.namespaces, 1);
+    assert_eq!(plan.writes.len(), 1);
+    assert_eq!(plan.writes[0].0, "team-a");
+}
+
+#[test]
+fn two_baselines_never_plan_over_each_other() {
+    let namespaces = vec![Arc::new(namespace(
+        "team-a",
+        &[("baseline", "guarded"), ("tier", "1")],
+    ))];
+    let tier = NamespaceBaselineSpec::new("tier");
+    let policies: Vec<_> = stored_wall("guarded", "team-a", &seed())
+        .into_iter()
+        .chain(stored_wall("tiered", "team-a", &tier))
+        .map(Arc::new)
+        .collect();
+    let plan_for = |name: &str, spec: &NamespaceBaselineSpec| {
+        plan(
+            name,
+            spec,
+            &spec.validate().unwrap(),
+            &namespaces,
+            &policies,
+        )
+    };
+    assert_eq!(plan_for("guarded", &seed()).changes(), 0);
+    assert_eq!(plan_for("tiered", &tier).changes(), 0);
+    let no_dns = NamespaceBaselineSpec {
+        allow_dns: false,
+        ..tier.clone()
+    };
+    let plan = plan_for("tiered", &no_dns);
+    assert_eq!(plan.changes(), 1);
+    assert!(
+        matches!(&plan.writes[0].1[0], Change::Delete { name, .. } if name == "nsb-tiered-allow-dns")
+    );
+}
+
+/// The caches keep slimmed objects: planning over them must decide exactly as over the
+/// objects the API server sent, drift included.
+#[test]
+fn slimmed_caches_plan_like_the_full_objects() {
+    let decorate = |meta: &mut kube::api::ObjectMeta| {
+        meta.uid = Some("3f1e0c4a-uid".into());
+        meta.resource_version = Some("4242".into());
+        meta.creation_timestamp = Some(Time(Timestamp::from_second(1_700_000_000).unwrap()));
+        meta.annotations = Some([("note".to_owned(), "x".to_owned())].into());
+        meta.managed_fields = Some(vec![Default::default()]);
+        meta.generation = Some(3);
+    };
+    let mut leaving = namespace("team-c", &[("baseline", "guarded")]);
+    leaving.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    let full_namespaces: Vec<_> = [
+        namespace("team-a", &[("baseline", "guarded")]),
+        namespace("team-b", &[("baseline", "guarded")]),
+        namespace("other", &[("baseline", "open")]),
+        leaving,
+    ]
+    .into_iter()
+    .map(|mut ns| {
+        decorate(&mut ns.metadata);
+        ns.spec = Some(k8s_openapi::api::core::v1::NamespaceSpec {
+            finalizers: Some(vec!["kubernetes".into()]),
+        });
+        ns
+    })
+    .collect();
+    let delete = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    // team-a converged, team-b drifted (allow-all egress slipped in), other left the baseline.
+    let mut full_policies = full_wall(&seed(), &["team-a", "team-b", "other"]);
+    full_policies[2].spec.as_mut().unwrap().egress = Some(vec![Default::default()]);
+    for policy in &mut full_policies {
+        decorate(&mut policy.metadata);
+    }
+    let slim_namespaces: Vec<_> = full_namespaces
+        .iter()
+        .cloned()
+        .map(namespace_meta)
+        .collect();
+    let slim_policies: Vec<_> = full_policies
+        .iter()
+        .cloned()
+        .map(|mut policy| {
+            slim_policy(&mut policy);
+            policy
+        })
+        .collect();
+    assert!(
+        slim_namespaces
+            .iter()
+            .all(|ns| ns.metadata.uid.is_none() && ns.metadata.annotations.is_none())
+    );
+    for spec in [seed(), delete] {
+        let selector = spec.validate().unwrap();
+        let full = plan(
+            "guarded",
+            &spec,
+            &selector,
+            &arcs(&full_namespaces),
+            &arcs(&full_policies),
+        );
+        let slim = plan(
+            "guarded",
+            &spec,
+            &selector,
+            &arcs(&slim_namespaces),
+            &arcs(&slim_policies),
+        );
+        assert_eq!(full, slim);
+        assert_eq!(slim.namespaces, 2);
+        assert!(!slim.writes.is_empty());
+    }
+}
+
+fn arcs<T: Clone>(objects: &[T]) -> Vec<Arc<T>> {
+    objects.iter().cloned().map(Arc::new).collect()
+}
+
+/// Status writes do not trigger another reconcile; a spec change, a finalizer, a deletion
+/// or a new object of the same name do.
+#[test]
+fn only_spec_finalizers_deletion_and_identity_trigger_a_baseline_reconcile() {
+    let original = baseline("guarded", seed());
+    let hash = |b: &NamespaceBaseline| crate::reconcile::watches::baseline_changes(b).unwrap();
+    let mut status_only = converged(original.clone(), 3);
+    status_only.metadata.resource_version = Some("101".into());
+    status_only.metadata.labels = Some([("team".to_owned(), "net".to_owned())].into());
+    assert_eq!(hash(&status_only), hash(&original));
+
+    let mut respecified = original.clone();
+    respecified.metadata.generation = Some(2);
+    let mut finalized = original.clone();
+    finalized.metadata.finalizers = Some(vec![CLEANUP_FINALIZER.to_owned()]);
+    let mut deleted = original.clone();
+    deleted.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    let mut recreated = original.clone();
+    recreated.metadata.uid = Some("uid-guarded-2".into());
+    for changed in [respecified, finalized, deleted, recreated] {
+        assert_ne!(hash(&changed), hash(&original));
+    }
+}

@@ -1,0 +1,207 @@
+//! Process-wide state, shared by every leadership term's controller and the HTTP server:
+//! the leader gate every write goes through ([`State::write`]), metrics, retries, health and
+//! the holes each baseline is known to have.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use namespace_baseline_core::holes::Hole;
+
+use tokio::time::Instant;
+
+use crate::base::metrics::Metrics;
+use crate::base::retry::Retries;
+use crate::view::scope::Scope;
+use namespace_baseline_leader::{LeaderGate, NotLeader, WriteBounds};
+
+use crate::base::error::{Error, Result};
+
+#[derive(Debug)]
+pub struct State {
+    pub metrics: Metrics,
+    pub leader: Arc<LeaderGate>,
+    pub retries: Retries,
+    pub health: Health,
+    pub holes: KnownHoles,
+}
+
+/// Holes with the namespace each is in.
+pub type NamespacedHoles = Vec<(String, Hole)>;
+
+/// The holes each baseline has, by namespace: a scoped reconcile updates its namespaces
+/// only, the status counts them all, and each new one gets one Event.
+#[derive(Debug, Default)]
+pub struct KnownHoles {
+    by_baseline: Mutex<HashMap<String, BTreeMap<String, Vec<Hole>>>>,
+}
+
+impl KnownHoles {
+    /// Records the holes found in `scope`; returns every hole `baseline` has now, and those
+    /// it did not have before.
+    pub fn update(
+        &self,
+        baseline: &str,
+        scope: &Scope,
+        found: &[(String, Hole)],
+    ) -> (NamespacedHoles, NamespacedHoles) {
+        let mut known = self
+            .by_baseline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let holes = known.entry(baseline.to_owned()).or_default();
+        let before = match scope {
+            Scope::All => std::mem::take(holes),
+            Scope::Namespaces(namespaces) => namespaces
+                .iter()
+                .filter_map(|namespace| Some((namespace.clone(), holes.remove(namespace)?)))
+                .collect(),
+        };
+        let mut new = Vec::new();
+        for (namespace, hole) in found {
+            let seen = before.get(namespace).is_some_and(|old| {
+                old.iter().any(|o| {
+                    (&o.policy, o.direction, o.rule) == (&hole.policy, hole.direction, hole.rule)
+                })
+            });
+            if !seen {
+                new.push((namespace.clone(), hole.clone()));
+            }
+            holes
+                .entry(namespace.clone())
+                .or_default()
+                .push(hole.clone());
+        }
+        let all = holes
+            .iter()
+            .flat_map(|(namespace, holes)| {
+                holes.iter().map(|hole| (namespace.clone(), hole.clone()))
+            })
+            .collect();
+        (all, new)
+    }
+
+    /// Forgets a baseline (deleted).
+    pub fn forget(&self, baseline: &str) {
+        self.by_baseline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(baseline);
+    }
+}
+
+/// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
+/// within a fraction of this) before it fails as `NotLeader`, and its upper bound: a
+/// connection that stops answering is a transient failure, not a reconcile stuck for the
+/// client's 295 s read timeout. (A leader's writes are also bounded by its lease.)
+const WRITE_BOUNDS: WriteBounds = WriteBounds {
+    gate_wait: Duration::from_secs(2),
+    timeout: Duration::from_secs(30),
+};
+
+impl State {
+    /// Runs one write to the API through the leader gate (`LeaderGate::write`): held back
+    /// unless this replica may write, bounded by the lease, counted in flight until
+    /// answered. Every write of the process goes through here.
+    pub async fn write<T>(
+        &self,
+        request: impl Future<Output = kube::Result<T>>,
+    ) -> Result<kube::Result<T>> {
+        self.leader
+            .write(WRITE_BOUNDS, request)
+            .await
+            .map_err(|NotLeader| Error::NotLeader)
+    }
+
+    pub fn new(leader: Arc<LeaderGate>) -> Self {
+        Self {
+            metrics: Metrics::default(),
+            leader,
+            retries: Retries::default(),
+            health: Health::default(),
+            holes: KnownHoles::default(),
+        }
+    }
+
+    /// Ready: the leadership state is known and, when leading, the caches are synced. A
+    /// standby that knows it is one is ready.
+    pub fn is_ready(&self) -> bool {
+        self.leader.is_known() && (!self.leader.is_leading() || self.health.caches_synced())
+    }
+}
+
+/// Liveness and cache state.
+#[derive(Debug)]
+pub struct Health {
+    started: Instant,
+    /// Milliseconds after `started` of the last heartbeat of the main loop.
+    heartbeat: AtomicU64,
+    caches_synced: AtomicBool,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            heartbeat: AtomicU64::new(0),
+            caches_synced: AtomicBool::new(false),
+        }
+    }
+}
+
+/// How often the main loop beats, and how long a silence means it is stuck.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Health {
+    /// The main loop (leadership and controller) is making progress.
+    pub fn beat(&self) {
+        let elapsed = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.heartbeat.store(elapsed, Ordering::Release);
+    }
+
+    pub fn is_alive(&self) -> bool {
+        let last = Duration::from_millis(self.heartbeat.load(Ordering::Acquire));
+        self.started.elapsed().saturating_sub(last) < HEARTBEAT_TIMEOUT
+    }
+
+    pub fn set_caches_synced(&self, synced: bool) {
+        self.caches_synced.store(synced, Ordering::Release);
+    }
+
+    pub fn caches_synced(&self) -> bool {
+        self.caches_synced.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use namespace_baseline_leader::Timing;
+
+    #[tokio::test(start_paused = true)]
+    async fn liveness_follows_the_heartbeat() {
+        let health = Health::default();
+        health.beat();
+        assert!(health.is_alive());
+        tokio::time::advance(HEARTBEAT_TIMEOUT + Duration::from_secs(1)).await;
+        assert!(!health.is_alive());
+        health.beat();
+        assert!(health.is_alive());
+    }
+
+    #[test]
+    fn readiness_needs_known_leadership_and_synced_caches_when_leading() {
+        let standby = State::new(Arc::new(LeaderGate::elected(Timing::DEFAULT)));
+        assert!(!standby.is_ready(), "leadership unknown");
+        namespace_baseline_leader::testing::stand_by(&standby.leader);
+        assert!(standby.is_ready(), "a known standby is ready");
+
+        let single = State::new(Arc::new(LeaderGate::always()));
+        assert!(!single.is_ready(), "leading without caches");
+        single.health.set_caches_synced(true);
+        assert!(single.is_ready());
+    }
+}

@@ -1,0 +1,235 @@
+//! The reconciler's Kubernetes client: kube's default stack, with `TCP_NODELAY` on its
+//! connections.
+//!
+//! kube 4.2 builds its connector with hyper-util's default, Nagle's algorithm on. On a new
+//! connection whose TLS session is resumed, the client's `Finished` and its first request
+//! leave as two small writes; Nagle holds the request until the server acknowledges the
+//! `Finished`, and a Go API server, with nothing to send at that point, delays that
+//! acknowledgement by Linux's 40 ms. So the first request on every resumed connection took
+//! ~42 ms instead of ~2 (docs/benchmarks-history.md, "Small N with more repetitions"): the first repair
+//! after a restart, any write that finds no idle connection in the pool. Go's own clients set
+//! `TCP_NODELAY`, as this one now does.
+//!
+//! kube does not expose its connector, so the stack is rebuilt here from kube's public parts,
+//! layer for layer as `ClientBuilder::try_from(Config)` builds it (kube-client 4.2,
+//! `client/builder.rs`, without its `gzip` feature, which this workspace does not enable).
+//! A configuration with a proxy is refused with the error kube's builder gives it: the
+//! workspace enables neither of kube's proxy features (`http-proxy`, `socks5`).
+
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_timeout::TimeoutConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::retry::RetryPolicy;
+use kube::client::{Body, ConfigExt};
+use kube::{Client, Config};
+use tower::ServiceBuilder;
+use tower::retry::RetryLayer;
+use tower_http::classify::ServerErrorsFailureClass;
+use tower_http::trace::TraceLayer;
+use tracing::Span;
+
+use crate::base::error::{Error, Result};
+
+/// A client for `config`, as kube would build it but with `TCP_NODELAY` set.
+pub fn client(config: Config) -> Result<Client> {
+    let wrap = |error: kube::Error| Error::Client(Box::new(error));
+    if let Some(proxy_url) = &config.proxy_url {
+        let proxy_url = proxy_url.clone();
+        let protocol_feature = match proxy_url.scheme_str() {
+            Some("socks5") => "kube/socks5",
+            Some("http" | "https") => "kube/http-proxy",
+            _ => return Err(wrap(kube::Error::ProxyProtocolUnsupported { proxy_url })),
+        };
+        return Err(wrap(kube::Error::ProxyProtocolDisabled {
+            proxy_url,
+            protocol_feature,
+        }));
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = config
+        .rustls_https_connector_with_connector(http)
+        .map_err(wrap)?;
+    let mut connector = TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let hyper_client: hyper_util::client::legacy::Client<_, Body> =
+        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector);
+
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer().map_err(wrap)?)
+        .layer(config.extra_headers_layer().map_err(wrap)?)
+        .layer(
+            // kube's spans and messages (under this module's log target instead of
+            // `kube_client::client::builder`).
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request<Body>| {
+                    tracing::debug_span!(
+                        "HTTP",
+                        http.method = %request.method(),
+                        http.url = %request.uri(),
+                        http.status_code = tracing::field::Empty,
+                        otel.name = request.extensions().get::<&'static str>().unwrap_or(&"HTTP"),
+                        otel.kind = "client",
+                        otel.status_code = tracing::field::Empty,
+                    )
+                })
+                .on_request(|_: &Request<Body>, _: &Span| tracing::debug!("requesting"))
+                .on_response(|response: &Response<Incoming>, _: Duration, span: &Span| {
+                    let status = response.status();
+                    span.record("http.status_code", status.as_u16());
+                    if status.is_client_error() || status.is_server_error() {
+                        span.record("otel.status_code", "ERROR");
+                    }
+                })
+                .on_body_chunk(())
+                .on_eos(|_: Option<&http::HeaderMap>, _: Duration, _: &Span| {
+                    tracing::debug!("stream closed");
+                })
+                .on_failure(
+                    |class: ServerErrorsFailureClass, _: Duration, span: &Span| {
+                        span.record("otel.status_code", "ERROR");
+                        match class {
+                            ServerErrorsFailureClass::StatusCode(status) => {
+                                span.record("http.status_code", status.as_u16());
+                                tracing::error!("failed with status {status}");
+                            }
+                            ServerErrorsFailureClass::Error(error) => {
+                                tracing::error!("failed with error {error}");
+                            }
+                        }
+                    },
+                ),
+        )
+        .map_err(tower::BoxError::from)
+        .service(hyper_client);
+    Ok(Client::new(service, config.default_namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http::HeaderValue;
+    use http::header::USER_AGENT;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    const VERSION: &str = r#"{"major":"1","minor":"36","gitVersion":"v1.36.5","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#;
+
+    /// A plain-HTTP API server that answers each request in turn with the next of `statuses`
+    /// (the version document on 200) and keeps the head of every request it read.
+    async fn server(statuses: &'static [u16]) -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        tokio::spawn(async move {
+            for &status in statuses {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    let mut byte = [0u8; 1];
+                    if socket.read(&mut byte).await.unwrap() == 0 {
+                        break;
+                    }
+                    head.push(byte[0]);
+                }
+                seen.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).to_lowercase());
+                let body = if status == 200 { VERSION } else { "{}" };
+                let response = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                socket.write_all(response.as_bytes()).await.unwrap();
+            }
+        });
+        (url, heads)
+    }
+
+    /// The layers kube's own client has are all there: the cluster URL, the bearer token, the
+    /// extra headers (the reconciler's User-Agent) and the retry of a 503.
+    #[tokio::test]
+    async fn requests_go_out_as_kubes_own_client_sends_them() {
+        let (url, heads) = server(&[503, 200]).await;
+        let mut config = Config::new(url.parse().unwrap());
+        config.auth_info.token = Some("secret-token".to_owned().into());
+        config.headers.push((
+            USER_AGENT,
+            HeaderValue::from_static("namespace-baseline-reconciler/test"),
+        ));
+        let version = client(config).unwrap().apiserver_version().await.unwrap();
+        assert_eq!(version.git_version, "v1.36.5");
+        let heads = heads.lock().unwrap();
+        assert_eq!(heads.len(), 2, "the 503 was not retried: {heads:?}");
+        for head in heads.iter() {
+            assert!(head.starts_with("get /version "), "{head}");
+            assert!(
+                head.contains("authorization: bearer secret-token"),
+                "{head}"
+            );
+            assert!(
+                head.contains("user-agent: namespace-baseline-reconciler/test"),
+                "{head}"
+            );
+        }
+    }
+
+    /// A proxy is refused as kube's own builder refuses it without its proxy features.
+    #[test]
+    fn a_proxy_is_refused_as_kube_refuses_it() {
+        let mut config = Config::new("https://127.0.0.1:6443".parse().unwrap());
+        for (proxy, wanted) in [
+            (
+                "http://proxy:3128",
+                "requires the disabled feature \"kube/http-proxy\"",
+            ),
+            (
+                "socks5://proxy:1080",
+                "requires the disabled feature \"kube/socks5\"",
+            ),
+            ("ftp://proxy:21", "unsupported"),
+        ] {
+            config.proxy_url = Some(proxy.parse().unwrap());
+            let Err(Error::Client(ours)) = client(config.clone()) else {
+                panic!("{proxy}: not refused as a client error");
+            };
+            let ours = ours.to_string();
+            let kubes = Client::try_from(config.clone())
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(ours.contains(wanted), "{ours}");
+            assert!(ours.contains(&kubes), "ours: {ours}; kube's: {kubes}");
+        }
+    }
+
+    /// A 500 is not retried by the client: the reconcile's own error routing decides.
+    #[tokio::test]
+    async fn a_server_error_is_returned_not_retried() {
+        let (url, heads) = server(&[500, 200]).await;
+        let error = client(Config::new(url.parse().unwrap()))
+            .unwrap()
+            .apiserver_version()
+            .await
+            .unwrap_err();
+        assert!(matches!(error, kube::Error::Api(_)), "{error:?}");
+        assert_eq!(heads.lock().unwrap().len(), 1);
+    }
+}

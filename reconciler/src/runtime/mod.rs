@@ -1,0 +1,8 @@
+//! The process: its command line, `run` (a controller per leadership term, the shutdown),
+//! the HTTP server (health, readiness, metrics), the API client and the logs.
+
+pub mod api_client;
+pub mod cli;
+pub mod http;
+pub mod run;
+pub mod telemetry;

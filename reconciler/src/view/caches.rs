@@ -1,0 +1,304 @@
+//! The watch caches a reconcile reads the cluster from, and what they keep of each object.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use namespace_baseline_core::doors::SERVICE_NAME_LABEL;
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::base::error::{Error, Result};
+use crate::view::namespace_cache::CachedNamespace;
+use crate::view::policy_cache::CachedPolicy;
+use crate::view::scope::{Dirty, MatchedNamespaces, PolicyIndex};
+use crate::view::unseen_writes::UnseenWrites;
+
+/// The watch caches a reconcile reads the cluster from: no LIST or GET on the hot path.
+#[derive(Clone)]
+pub struct Caches {
+    pub namespaces: Store<CachedNamespace>,
+    /// Every NetworkPolicy: the managed ones are the wall, the others may open holes in it.
+    pub policies: Store<CachedPolicy>,
+    /// The DNS namespace's Services, EndpointSlices and pods, for the `DNSReachable` check
+    /// (`None`: not checked).
+    pub dns: Option<DnsCaches>,
+    /// The policies' names by namespace, for scoped reconciles.
+    pub index: PolicyIndex,
+    /// What the triggers marked for the next reconcile of each baseline.
+    pub dirty: Dirty,
+    /// What this term wrote (statuses, policy applies and deletions) that the watches have
+    /// not shown yet, and the policies someone else deleted, until re-created.
+    pub unseen: UnseenWrites,
+    /// The namespaces each baseline matches, for the count of a scoped reconcile.
+    pub matched: MatchedNamespaces,
+    /// Turns `true` once every watch has completed its first list.
+    synced: watch::Receiver<bool>,
+}
+
+impl Caches {
+    pub fn new(
+        namespaces: Store<CachedNamespace>,
+        policies: Store<CachedPolicy>,
+        dns: Option<DnsCaches>,
+        synced: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            namespaces,
+            policies,
+            dns,
+            index: PolicyIndex::default(),
+            dirty: Dirty::default(),
+            unseen: UnseenWrites::default(),
+            matched: MatchedNamespaces::default(),
+            synced,
+        }
+    }
+
+    /// A cached namespace.
+    pub fn namespace(&self, name: &str) -> Option<Arc<CachedNamespace>> {
+        self.namespaces.get(&ObjectRef::new(name))
+    }
+
+    /// Waits for the first list of every watch: acting on an empty cache would read as "no
+    /// namespace matches" or "no wall installed". (Not `Store::wait_until_ready`: its
+    /// one-shot signal wakes only one of several concurrent waiters.)
+    pub(crate) async fn synced(&self) -> Result<()> {
+        let mut synced = self.synced.clone();
+        synced
+            .wait_for(|synced| *synced)
+            .await
+            .map(|_| ())
+            .map_err(|_| Error::CachesNotSynced)
+    }
+}
+
+/// The Services (metadata), EndpointSlices and pods (metadata) of the one namespace the
+/// cluster's DNS runs in (`--dns-namespace`). Listed apart from the wall's caches: a DNS
+/// namespace the reconciler may not read (RBAC) leaves `DNSReachable` Unknown, never the wall
+/// unattended.
+#[derive(Clone)]
+pub struct DnsCaches {
+    pub namespace: String,
+    pub services: Store<PartialObjectMeta<Service>>,
+    pub slices: Store<EndpointSlice>,
+    pub pods: Store<PartialObjectMeta<Pod>>,
+    listed: Arc<[AtomicBool; 3]>,
+}
+
+/// The objects of one watch, as it touches them.
+pub type Touched<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// The DNS namespace's watches, and the caches they fill.
+pub struct DnsWatches {
+    pub caches: DnsCaches,
+    pub services: Touched<PartialObjectMeta<Service>>,
+    pub slices: Touched<EndpointSlice>,
+    pub pods: Touched<PartialObjectMeta<Pod>>,
+}
+
+impl DnsWatches {
+    /// The three watches of `namespace` (not yet polled).
+    pub fn new(client: &kube::Client, namespace: &str) -> Self {
+        use futures::{StreamExt as _, TryStreamExt as _};
+        use kube::Api;
+        use kube::runtime::WatchStreamExt as _;
+
+        let (services, service_writer) = reflector::store::<PartialObjectMeta<Service>>();
+        let (slices, slice_writer) = reflector::store::<EndpointSlice>();
+        let (pods, pod_writer) = reflector::store::<PartialObjectMeta<Pod>>();
+        let listed: Arc<[AtomicBool; 3]> = Arc::default();
+        let config = || watcher::Config::default().any_semantic();
+        let observe = |index: usize| {
+            let listed = listed.clone();
+            move |init_done: bool| {
+                if init_done {
+                    listed[index].store(true, Ordering::Release);
+                }
+            }
+        };
+        let (on_service, on_slice, on_pod) = (observe(0), observe(1), observe(2));
+        DnsWatches {
+            caches: DnsCaches {
+                namespace: namespace.to_owned(),
+                services,
+                slices,
+                pods,
+                listed: listed.clone(),
+            },
+            services: watcher(Api::namespaced(client.clone(), namespace), config())
+                .backoff(crate::base::retry::WatchBackoff::default())
+                .reflect(service_writer)
+                .inspect_ok(move |event| on_service(matches!(event, watcher::Event::InitDone)))
+                .touched_objects()
+                .boxed(),
+            slices: watcher(Api::namespaced(client.clone(), namespace), config())
+                .backoff(crate::base::retry::WatchBackoff::default())
+                .reflect(slice_writer)
+                .inspect_ok(move |event| on_slice(matches!(event, watcher::Event::InitDone)))
+                .touched_objects()
+                .boxed(),
+            pods: watcher(Api::namespaced(client.clone(), namespace), config())
+                .backoff(crate::base::retry::WatchBackoff::default())
+                .reflect(pod_writer)
+                .inspect_ok(move |event| on_pod(matches!(event, watcher::Event::InitDone)))
+                .touched_objects()
+                .boxed(),
+        }
+    }
+}
+
+impl DnsCaches {
+    /// Caches holding these objects, listed (for `plan` and the tests).
+    pub fn of(
+        namespace: &str,
+        services: Store<PartialObjectMeta<Service>>,
+        slices: Store<EndpointSlice>,
+        pods: Store<PartialObjectMeta<Pod>>,
+    ) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            services,
+            slices,
+            pods,
+            listed: Arc::new([const { AtomicBool::new(true) }; 3]),
+        }
+    }
+
+    /// Whether all three watches have completed their first list.
+    pub fn is_listed(&self) -> bool {
+        self.listed
+            .iter()
+            .all(|listed| listed.load(Ordering::Acquire))
+    }
+
+    pub fn service_exists(&self, name: &str) -> bool {
+        self.services
+            .get(&ObjectRef::new(name).within(&self.namespace))
+            .is_some()
+    }
+
+    /// The EndpointSlices of the Service `name`.
+    pub fn slices_of(&self, name: &str) -> Vec<Arc<EndpointSlice>> {
+        self.slices
+            .state()
+            .into_iter()
+            .filter(|slice| {
+                slice
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
+                    .is_some_and(|service| service == name)
+            })
+            .collect()
+    }
+
+    pub fn pod_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.pods
+            .get(&ObjectRef::new(name).within(&self.namespace))
+            .map(|pod| pod.metadata.labels.clone().unwrap_or_default())
+    }
+}
+
+/// Which watches have completed their first list; says so on a channel (and to
+/// `on_synced`, for the process's health) once all have.
+pub(crate) struct ListTracker {
+    listed: [AtomicBool; Self::WATCHES],
+    synced: watch::Sender<bool>,
+    on_synced: Box<dyn Fn() + Send + Sync>,
+}
+
+impl ListTracker {
+    pub const BASELINES: usize = 0;
+    pub const NAMESPACES: usize = 1;
+    pub const POLICIES: usize = 2;
+    const WATCHES: usize = 3;
+
+    pub fn new(on_synced: impl Fn() + Send + Sync + 'static) -> (Arc<Self>, watch::Receiver<bool>) {
+        let (synced, receiver) = watch::channel(false);
+        let tracker = Self {
+            listed: Default::default(),
+            synced,
+            on_synced: Box::new(on_synced),
+        };
+        (Arc::new(tracker), receiver)
+    }
+
+    /// Observes one event of watch `index`, after the reflector applied it.
+    pub fn observe<K>(&self, index: usize, event: &watcher::Event<K>) {
+        if !matches!(event, watcher::Event::InitDone)
+            || self.listed[index].swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        if self
+            .listed
+            .iter()
+            .all(|listed| listed.load(Ordering::Acquire))
+        {
+            info!("caches synced");
+            (self.on_synced)();
+            self.synced.send_replace(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use namespace_baseline_core::spec::NamespaceBaseline;
+    use namespace_baseline_leader::LeaderGate;
+
+    #[tokio::test]
+    async fn caches_count_as_synced_once_every_watch_listed_and_wake_every_waiter() {
+        let state = Arc::new(crate::reconcile::state::State::new(Arc::new(
+            LeaderGate::always(),
+        )));
+        let (tracker, synced) = ListTracker::new({
+            let state = state.clone();
+            move || state.health.set_caches_synced(true)
+        });
+        let caches = Caches::new(
+            crate::fixtures::store(vec![]),
+            crate::fixtures::store(vec![]),
+            Some(crate::fixtures::healthy_dns()),
+            synced,
+        );
+        // Several reconciles wait at once (a one-shot readiness signal would wake only one).
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let caches = caches.clone();
+                tokio::spawn(async move { caches.synced().await })
+            })
+            .collect();
+        let done = kube::runtime::watcher::Event::<NamespaceBaseline>::InitDone;
+        tracker.observe(ListTracker::BASELINES, &done);
+        tracker.observe(
+            ListTracker::NAMESPACES,
+            &kube::runtime::watcher::Event::<NamespaceBaseline>::Init,
+        );
+        tracker.observe(ListTracker::NAMESPACES, &done);
+        tokio::task::yield_now().await;
+        assert!(!state.health.caches_synced());
+        assert!(waiters.iter().all(|w| !w.is_finished()));
+        tracker.observe(ListTracker::POLICIES, &done);
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_secs(1), waiter)
+                .await
+                .expect("a waiter was not woken")
+                .unwrap()
+                .unwrap();
+        }
+        assert!(state.health.caches_synced());
+    }
+}

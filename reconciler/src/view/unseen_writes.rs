@@ -1,0 +1,602 @@
+//! What this term wrote that the watches have not shown yet, in one memory: the statuses it
+//! wrote, the policies it is applying or deleting, and the managed policies the watch showed
+//! someone else delete (until this term re-creates them). Registered where the writes happen
+//! (`reconcile::writes`, `reconcile::controller`), cleared by one [`UnseenWrites::observe`] in
+//! the watches, one lock, one table of lifetimes, one sweep.
+//!
+//! - **Statuses.** A reconcile reads a baseline from the watch cache, and the cache can lag the
+//!   reconciler's own status write: the echo of a policy write often triggers the next
+//!   reconcile before the status write's watch event arrives (under a cut watch, seconds
+//!   before). Compared against that older status, a status that goes back to an earlier value
+//!   is never written: `objectsApplied` returning to 0 after a repair, `Ready` after a
+//!   failure; and the cumulative `driftRepairs` counts on from a stale base. So the status a
+//!   reconcile compares with is the one it last wrote, until the cache shows the
+//!   resourceVersion that write produced (the "expectations" pattern of Kubernetes' own
+//!   controllers).
+//! - **Policy applies.** The two applies of a namespace answer and echo separately: a scoped
+//!   reconcile triggered by the first echo would find the second object missing (or still
+//!   drifted) in the cache and write it again. A change to a policy being applied is left out
+//!   of the plan ([`UnseenWrites::snapshot`]); the echo that clears it triggers the reconcile
+//!   that checks it. Marked before the request goes out, since the watch can show an apply
+//!   before its answer arrives.
+//! - **Deletions.** When this term re-creates a managed policy the watch showed someone else
+//!   delete, that is the repair of a deletion (an Event `DriftRepaired`, the drift repair
+//!   counter), not an install. Its own deletions (pruning under `deletionPolicy: Delete`) are
+//!   announced first and are no one else's: marked before the request, excused when the watch
+//!   shows them.
+//!
+//! Within a leadership term the reconciler is the only writer of the wall and the status; a
+//! new term starts with an empty memory and trusts its freshly listed caches.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::ResourceExt;
+use kube::runtime::watcher;
+use namespace_baseline_core::identity::claims_management;
+use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
+use tokio::time::Instant;
+
+/// How long each kind of memory waits for the watch, in one place.
+pub mod lifetime {
+    use std::time::Duration;
+
+    /// A policy apply not shown by the policy watch by then may be written again (a watch
+    /// that lags this much is reconnecting).
+    pub const APPLY: Duration = Duration::from_secs(10);
+    /// A written status is preferred to the cache's for this long when the cache never shows
+    /// the write's resourceVersion (a re-list can skip it): the expectations timeout of
+    /// Kubernetes' controllers.
+    pub const STATUS: Duration = Duration::from_secs(5 * 60);
+    /// A deletion by someone else not repaired by then (its namespace went away, or left the
+    /// baseline) is forgotten; an own deletion the watch never showed, too.
+    pub const DELETION: Duration = Duration::from_secs(600);
+}
+
+/// How many memories are registered between two sweeps of the expired ones.
+const SWEEP_EVERY: usize = 1024;
+
+/// The one memory of what this term wrote and the watches have not shown yet (module docs).
+#[derive(Clone, Default)]
+pub struct UnseenWrites {
+    inner: Arc<Mutex<Memory>>,
+}
+
+#[derive(Default)]
+pub(crate) struct Memory {
+    /// By namespace and name.
+    policies: HashMap<(String, String), PolicyMemory>,
+    /// By baseline uid.
+    statuses: HashMap<String, WrittenStatus>,
+    /// Memories registered since the expired ones were last swept.
+    registered: usize,
+}
+
+/// What is remembered of one policy; empty ones are dropped.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct PolicyMemory {
+    /// This term applies it (since then) and the watch has not shown it yet.
+    applying: Option<Instant>,
+    /// This term deletes it (since then): the next deletion the watch shows is its own.
+    deleting: Option<Instant>,
+    /// The watch showed someone else delete it (then), and this term has not re-created it.
+    deleted_by_others: Option<Instant>,
+}
+
+impl PolicyMemory {
+    fn expire(&mut self, now: Instant) {
+        let live = |at: &Instant, lifetime: Duration| now.duration_since(*at) < lifetime;
+        self.applying = self.applying.filter(|at| live(at, lifetime::APPLY));
+        self.deleting = self.deleting.filter(|at| live(at, lifetime::DELETION));
+        self.deleted_by_others = self
+            .deleted_by_others
+            .filter(|at| live(at, lifetime::DELETION));
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+struct WrittenStatus {
+    resource_version: String,
+    status: Option<NamespaceBaselineStatus>,
+    at: Instant,
+}
+
+fn policy_key(namespace: &str, name: &str) -> (String, String) {
+    (namespace.to_owned(), name.to_owned())
+}
+
+impl Memory {
+    /// Registers one more memory, sweeping the expired ones every [`SWEEP_EVERY`].
+    fn registering(&mut self) {
+        self.registered += 1;
+        if self.registered < SWEEP_EVERY {
+            return;
+        }
+        self.registered = 0;
+        let now = Instant::now();
+        self.policies.retain(|_, memory| {
+            memory.expire(now);
+            !memory.is_empty()
+        });
+        self.statuses
+            .retain(|_, written| now.duration_since(written.at) < lifetime::STATUS);
+    }
+
+    fn policy(&mut self, namespace: &str, name: &str) -> &mut PolicyMemory {
+        self.policies
+            .entry(policy_key(namespace, name))
+            .or_default()
+    }
+
+    /// Changes the memory of one policy, if there is one, dropping it when it empties.
+    fn update_policy(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut PolicyMemory),
+    ) {
+        // Asked for every object a reconcile writes: no key built when nothing is remembered.
+        if self.policies.is_empty() {
+            return;
+        }
+        let key = policy_key(namespace, name);
+        if let Some(memory) = self.policies.get_mut(&key) {
+            change(memory);
+            if memory.is_empty() {
+                self.policies.remove(&key);
+            }
+        }
+    }
+
+    fn read_policy(&self, namespace: &str, name: &str) -> PolicyMemory {
+        if self.policies.is_empty() {
+            return PolicyMemory::default();
+        }
+        let mut memory = self
+            .policies
+            .get(&policy_key(namespace, name))
+            .copied()
+            .unwrap_or_default();
+        memory.expire(Instant::now());
+        memory
+    }
+}
+
+/// The objects whose watch events clear the memory: NetworkPolicies and NamespaceBaselines.
+pub(crate) trait Watched {
+    /// The watch showed `self` (`deleted`: its deletion).
+    fn shown(&self, memory: &mut Memory, deleted: bool);
+}
+
+impl Watched for NetworkPolicy {
+    fn shown(&self, memory: &mut Memory, deleted: bool) {
+        let (Some(namespace), Some(name)) = (&self.metadata.namespace, &self.metadata.name) else {
+            return;
+        };
+        // Created, changed or deleted: an apply of it is no longer unseen.
+        memory.update_policy(namespace, name, |policy| policy.applying = None);
+        let managed = self.metadata.labels.as_ref().is_some_and(claims_management);
+        if !deleted || !managed {
+            return;
+        }
+        let now = Instant::now();
+        let own = memory.read_policy(namespace, name).deleting.is_some();
+        if own {
+            memory.update_policy(namespace, name, |policy| policy.deleting = None);
+        } else {
+            memory.registering();
+            memory.policy(namespace, name).deleted_by_others = Some(now);
+        }
+    }
+}
+
+impl Watched for NamespaceBaseline {
+    fn shown(&self, memory: &mut Memory, deleted: bool) {
+        let Some(uid) = self.uid() else {
+            return;
+        };
+        let caught_up = memory.statuses.get(&uid).is_some_and(|written| {
+            self.resource_version().as_deref() == Some(written.resource_version.as_str())
+        });
+        if deleted || caught_up {
+            memory.statuses.remove(&uid);
+        }
+    }
+}
+
+impl UnseenWrites {
+    fn memory(&self) -> MutexGuard<'_, Memory> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A watch event, after the cache applied it: what it shows is no longer unseen (an
+    /// apply's echo, the resourceVersion of a status write, an own deletion), and a managed
+    /// policy someone else deleted is remembered as such.
+    pub(crate) fn observe<K: Watched>(&self, event: &watcher::Event<K>) {
+        let (object, deleted) = match event {
+            watcher::Event::Apply(object) | watcher::Event::InitApply(object) => (object, false),
+            watcher::Event::Delete(object) => (object, true),
+            watcher::Event::Init | watcher::Event::InitDone => return,
+        };
+        object.shown(&mut self.memory(), deleted);
+    }
+
+    // --- Policies ---
+
+    /// An apply of `namespace/name` is about to go out.
+    pub fn applying(&self, namespace: &str, name: &str) {
+        let mut memory = self.memory();
+        memory.registering();
+        memory.policy(namespace, name).applying = Some(Instant::now());
+    }
+
+    /// The apply of `namespace/name` failed: nothing for the watch to show (or nothing known),
+    /// and the next plan may write it.
+    pub fn apply_failed(&self, namespace: &str, name: &str) {
+        self.memory()
+            .update_policy(namespace, name, |policy| policy.applying = None);
+    }
+
+    /// This term re-created `namespace/name` after someone else deleted it: that deletion is
+    /// repaired.
+    pub fn recreated(&self, namespace: &str, name: &str) {
+        self.memory()
+            .update_policy(namespace, name, |policy| policy.deleted_by_others = None);
+    }
+
+    /// This term is about to delete `namespace/name` itself.
+    pub fn deleting(&self, namespace: &str, name: &str) {
+        let mut memory = self.memory();
+        memory.registering();
+        memory.policy(namespace, name).deleting = Some(Instant::now());
+    }
+
+    /// Whether the watch showed someone else delete `namespace/name` (and this term has not
+    /// re-created it since).
+    pub fn deleted_by_others(&self, namespace: &str, name: &str) -> bool {
+        self.memory()
+            .read_policy(namespace, name)
+            .deleted_by_others
+            .is_some()
+    }
+
+    /// The applies still to be shown by the watch, now. A reconcile takes it before it reads
+    /// the cache: an apply not in the snapshot is in what it reads.
+    pub fn snapshot(&self) -> PendingWrites {
+        let memory = self.memory();
+        let now = Instant::now();
+        PendingWrites(
+            memory
+                .policies
+                .iter()
+                .filter(|(_, policy)| {
+                    policy
+                        .applying
+                        .is_some_and(|at| now.duration_since(at) < lifetime::APPLY)
+                })
+                .map(|(key, _)| key.clone())
+                .collect(),
+        )
+    }
+
+    // --- Statuses ---
+
+    /// The status `cached` (a baseline as the cache holds it) carries now: the one this term
+    /// last wrote, unless the cache has caught up with that write (or it has expired).
+    pub fn status(&self, cached: &NamespaceBaseline) -> Option<NamespaceBaselineStatus> {
+        let Some(uid) = cached.uid() else {
+            return cached.status.clone();
+        };
+        let mut memory = self.memory();
+        let Some(written) = memory.statuses.get(&uid) else {
+            return cached.status.clone();
+        };
+        let caught_up = cached.resource_version().as_deref() == Some(&written.resource_version);
+        if caught_up || written.at.elapsed() >= lifetime::STATUS {
+            memory.statuses.remove(&uid);
+            return cached.status.clone();
+        }
+        written.status.clone()
+    }
+
+    /// `written` is what the API server answered to a status write for `baseline`.
+    pub fn status_written(&self, baseline: &NamespaceBaseline, written: NamespaceBaseline) {
+        let (Some(uid), Some(resource_version)) = (baseline.uid(), written.resource_version())
+        else {
+            return;
+        };
+        let mut memory = self.memory();
+        memory.registering();
+        memory.statuses.insert(
+            uid,
+            WrittenStatus {
+                resource_version,
+                status: written.status,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// A baseline gone (its finalizer removed, or deleted without one).
+    pub fn forget(&self, baseline: &NamespaceBaseline) {
+        if let Some(uid) = baseline.uid() {
+            self.memory().statuses.remove(&uid);
+        }
+    }
+}
+
+/// The applies a reconcile leaves to their echoes ([`UnseenWrites::snapshot`]).
+#[derive(Debug, Default)]
+pub struct PendingWrites(HashSet<(String, String)>);
+
+impl PendingWrites {
+    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+        !self.0.is_empty() && self.0.contains(&policy_key(namespace, name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::baseline;
+    use namespace_baseline_core::NamespaceBaselineSpec;
+    use rstest::rstest;
+
+    fn stored(resource_version: &str, namespaces: u32) -> NamespaceBaseline {
+        let mut object = baseline("guarded", NamespaceBaselineSpec::new("team"));
+        object.metadata.uid = Some("uid-1".to_owned());
+        object.metadata.resource_version = Some(resource_version.to_owned());
+        object.status = Some(NamespaceBaselineStatus {
+            namespaces,
+            ..NamespaceBaselineStatus::default()
+        });
+        object
+    }
+
+    fn namespaces(status: Option<NamespaceBaselineStatus>) -> Option<u32> {
+        status.map(|status| status.namespaces)
+    }
+
+    #[test]
+    fn without_a_write_the_cache_is_the_status() {
+        let written = UnseenWrites::default();
+        assert_eq!(namespaces(written.status(&stored("1", 3))), Some(3));
+    }
+
+    #[test]
+    fn a_cache_behind_the_write_yields_the_written_status_until_it_catches_up() {
+        let written = UnseenWrites::default();
+        let before = stored("1", 3);
+        written.status_written(&before, stored("2", 5));
+        assert_eq!(namespaces(written.status(&before)), Some(5));
+        // Another change (a spec edit) seen before the status write: still behind it.
+        assert_eq!(namespaces(written.status(&stored("1b", 3))), Some(5));
+        // Caught up: the cache again, and the memory is dropped.
+        assert_eq!(namespaces(written.status(&stored("2", 5))), Some(5));
+        assert_eq!(namespaces(written.status(&stored("3", 7))), Some(7));
+        assert_eq!(namespaces(written.status(&before)), Some(3));
+    }
+
+    #[test]
+    fn another_baseline_of_the_same_name_is_not_confused_with_the_one_written() {
+        let written = UnseenWrites::default();
+        written.status_written(&stored("1", 3), stored("2", 5));
+        let mut recreated = stored("9", 1);
+        recreated.metadata.uid = Some("uid-2".to_owned());
+        assert_eq!(namespaces(written.status(&recreated)), Some(1));
+    }
+
+    #[test]
+    fn a_forgotten_baseline_reads_from_the_cache() {
+        let written = UnseenWrites::default();
+        let before = stored("1", 3);
+        written.status_written(&before, stored("2", 5));
+        written.forget(&before);
+        assert_eq!(namespaces(written.status(&before)), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_cache_never_shows_expires() {
+        let written = UnseenWrites::default();
+        let before = stored("1", 3);
+        written.status_written(&before, stored("2", 5));
+        tokio::time::advance(lifetime::STATUS - Duration::from_secs(1)).await;
+        assert_eq!(namespaces(written.status(&before)), Some(5));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(namespaces(written.status(&before)), Some(3));
+    }
+
+    #[test]
+    fn an_answer_without_a_resource_version_is_not_remembered() {
+        let written = UnseenWrites::default();
+        let before = stored("1", 3);
+        let mut answer = stored("2", 5);
+        answer.metadata.resource_version = None;
+        written.status_written(&before, answer);
+        assert_eq!(namespaces(written.status(&before)), Some(3));
+    }
+
+    // --- Policies ---
+
+    /// A NetworkPolicy the reconciler manages (`managed`) or someone else's.
+    fn policy(namespace: &str, name: &str, managed: bool) -> NetworkPolicy {
+        let spec = NamespaceBaselineSpec::new("team");
+        let mut policy =
+            namespace_baseline_core::wall::desired_wall("guarded", namespace, &spec).remove(0);
+        policy.metadata.name = Some(name.to_owned());
+        if !managed {
+            policy.metadata.labels = None;
+        }
+        policy
+    }
+
+    fn apply(namespace: &str, name: &str) -> watcher::Event<NetworkPolicy> {
+        watcher::Event::Apply(policy(namespace, name, true))
+    }
+
+    fn delete(namespace: &str, name: &str, managed: bool) -> watcher::Event<NetworkPolicy> {
+        watcher::Event::Delete(policy(namespace, name, managed))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_policy_write_is_pending_until_the_watch_shows_it_or_it_expires() {
+        let unseen = UnseenWrites::default();
+        assert!(!unseen.snapshot().contains("team-a", "deny"));
+        unseen.applying("team-a", "deny");
+        unseen.applying("team-a", "dns");
+        let before = unseen.snapshot();
+        assert!(before.contains("team-a", "deny"));
+        assert!(!before.contains("team-b", "deny"));
+        unseen.observe(&apply("team-a", "deny"));
+        // A snapshot is what was pending when it was taken.
+        assert!(before.contains("team-a", "deny"));
+        assert!(!unseen.snapshot().contains("team-a", "deny"));
+        assert!(unseen.snapshot().contains("team-a", "dns"));
+        tokio::time::advance(lifetime::APPLY).await;
+        assert!(!unseen.snapshot().contains("team-a", "dns"));
+    }
+
+    /// Whatever the watch shows of a policy being applied (its creation, a change, a re-list,
+    /// its deletion) clears the apply; a failed apply clears it too; the start and end of a
+    /// list do not.
+    #[rstest]
+    #[case::applied(apply("team-a", "deny"), false)]
+    #[case::listed(watcher::Event::InitApply(policy("team-a", "deny", true)), false)]
+    #[case::deleted(delete("team-a", "deny", true), false)]
+    #[case::deleted_unmanaged(delete("team-a", "deny", false), false)]
+    #[case::another_policy(apply("team-a", "dns"), true)]
+    #[case::another_namespace(apply("team-b", "deny"), true)]
+    #[case::list_start(watcher::Event::Init, true)]
+    #[case::list_done(watcher::Event::InitDone, true)]
+    fn the_watch_clears_the_apply_it_shows(
+        #[case] event: watcher::Event<NetworkPolicy>,
+        #[case] still_pending: bool,
+    ) {
+        let unseen = UnseenWrites::default();
+        unseen.applying("team-a", "deny");
+        unseen.observe(&event);
+        assert_eq!(unseen.snapshot().contains("team-a", "deny"), still_pending);
+    }
+
+    #[test]
+    fn a_failed_apply_is_no_longer_pending() {
+        let unseen = UnseenWrites::default();
+        unseen.applying("team-a", "deny");
+        unseen.apply_failed("team-a", "deny");
+        assert!(!unseen.snapshot().contains("team-a", "deny"));
+    }
+
+    /// Which deletions the watch shows are someone else's: a managed policy's, unless this
+    /// term is deleting it.
+    #[rstest]
+    #[case::managed(true, false, true)]
+    #[case::unmanaged(false, false, false)]
+    #[case::own_deletion(true, true, false)]
+    #[case::own_deletion_of_an_unmanaged_name(false, true, false)]
+    fn a_deletion_is_someone_elses_unless_this_term_made_it(
+        #[case] managed: bool,
+        #[case] own: bool,
+        #[case] by_others: bool,
+    ) {
+        let unseen = UnseenWrites::default();
+        if own {
+            unseen.deleting("team-a", "deny");
+        }
+        unseen.observe(&delete("team-a", "deny", managed));
+        assert_eq!(unseen.deleted_by_others("team-a", "deny"), by_others);
+        assert!(!unseen.deleted_by_others("team-b", "deny"));
+    }
+
+    /// The reconciler's own deletions (pruning) leave no tombstone: a policy it removed and
+    /// later re-installs is no repair.
+    #[test]
+    fn the_reconcilers_own_deletions_leave_no_tombstone() {
+        let unseen = UnseenWrites::default();
+        let deleted = delete("team-a", "nsb-guarded-default-deny", true);
+        unseen.deleting("team-a", "nsb-guarded-default-deny");
+        unseen.observe(&deleted);
+        assert!(!unseen.deleted_by_others("team-a", "nsb-guarded-default-deny"));
+        unseen.observe(&deleted);
+        assert!(
+            unseen.deleted_by_others("team-a", "nsb-guarded-default-deny"),
+            "only the one expected deletion is excused"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deletion_by_others_is_remembered_until_repaired_or_for_its_lifetime() {
+        let unseen = UnseenWrites::default();
+        unseen.observe(&delete("team-a", "deny", true));
+        unseen.observe(&delete("team-b", "deny", true));
+        unseen.recreated("team-a", "deny");
+        assert!(!unseen.deleted_by_others("team-a", "deny"), "repaired");
+        tokio::time::advance(lifetime::DELETION - Duration::from_secs(1)).await;
+        assert!(unseen.deleted_by_others("team-b", "deny"));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!unseen.deleted_by_others("team-b", "deny"), "expired");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_own_deletion_the_watch_never_shows_is_forgotten_after_its_lifetime() {
+        let unseen = UnseenWrites::default();
+        unseen.deleting("team-a", "deny");
+        tokio::time::advance(lifetime::DELETION).await;
+        unseen.observe(&delete("team-a", "deny", true));
+        assert!(unseen.deleted_by_others("team-a", "deny"));
+    }
+
+    /// One sweep, every `SWEEP_EVERY` registrations, drops every expired memory of every
+    /// kind; live ones stay.
+    #[tokio::test(start_paused = true)]
+    async fn one_sweep_drops_the_expired_memories_of_every_kind() {
+        let unseen = UnseenWrites::default();
+        unseen.observe(&delete("team-a", "gone", true));
+        unseen.deleting("team-a", "pruned");
+        unseen.status_written(&stored("1", 3), stored("2", 5));
+        tokio::time::advance(lifetime::DELETION).await;
+        unseen.deleting("team-b", "live");
+        for n in 0..SWEEP_EVERY {
+            unseen.applying("team-c", &format!("p{n}"));
+        }
+        tokio::time::advance(lifetime::APPLY).await;
+        // The sweep ran at the 1,024th registration: the applies expired since stay until
+        // the next one.
+        let memory = unseen.memory();
+        assert_eq!(memory.statuses.len(), 0);
+        assert!(!memory.policies.contains_key(&policy_key("team-a", "gone")));
+        assert!(
+            !memory
+                .policies
+                .contains_key(&policy_key("team-a", "pruned"))
+        );
+        assert!(memory.policies.contains_key(&policy_key("team-b", "live")));
+        assert_eq!(
+            memory.policies.len(),
+            1 + SWEEP_EVERY,
+            "the live deletion, the applies"
+        );
+    }
+
+    // --- Statuses through the baseline watch ---
+
+    #[rstest]
+    #[case::the_written_version(watcher::Event::Apply(stored("2", 5)), Some(3))]
+    #[case::a_relist_with_it(watcher::Event::InitApply(stored("2", 5)), Some(3))]
+    #[case::an_older_version(watcher::Event::Apply(stored("1b", 3)), Some(5))]
+    #[case::the_deletion(watcher::Event::Delete(stored("2", 5)), Some(3))]
+    fn the_baseline_watch_clears_the_status_it_shows(
+        #[case] event: watcher::Event<NamespaceBaseline>,
+        #[case] read_from_a_stale_cache: Option<u32>,
+    ) {
+        let written = UnseenWrites::default();
+        let before = stored("1", 3);
+        written.status_written(&before, stored("2", 5));
+        written.observe(&event);
+        assert_eq!(namespaces(written.status(&before)), read_from_a_stale_cache);
+    }
+}
