@@ -162,6 +162,18 @@ impl HostCapabilities for NativeCluster {
             &request,
         )
     }
+
+    fn get_network_policy(&self, namespace: &str, name: &str) -> Result<Vec<u8>, String> {
+        let request = namespace_baseline_policy::get_network_policy_request(namespace, name)
+            .map_err(|error| error.to_string())?;
+        host_answer(
+            &self.namespaces,
+            "kubewarden",
+            "kubernetes",
+            "get_resource",
+            &request,
+        )
+    }
 }
 
 /// The host call a class makes (its operation and payload), if any.
