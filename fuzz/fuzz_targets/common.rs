@@ -58,7 +58,7 @@ impl BaselineSource for Host {
             namespace_baseline_core::identity::BASELINE_LABEL.into(),
             "b0".into(),
         );
-        Ok(view)
+        Ok(Some(view))
     }
 }
 

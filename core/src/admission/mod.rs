@@ -277,6 +277,8 @@ pub(crate) struct Decider<'g> {
     pub holes: HolesSetting,
     /// Refuse a Pod CREATE in a guarded namespace until its wall is in place.
     pub pods_wait_for_wall: bool,
+    /// The reconciler's identity: its own pod never waits for a wall only it installs.
+    pub reconciler_username: &'g str,
 }
 
 /// Reviews one admission request. Requests this policy does not guard, or cannot read, are
@@ -289,6 +291,7 @@ pub fn review(request: &AdmissionRequest, gate: &Gate, source: &dyn BaselineSour
         context_aware: gate.context_aware,
         holes: gate.holes,
         pods_wait_for_wall: gate.pods_wait_for_wall,
+        reconciler_username: gate.reconciler_username(),
     };
     rules::review(&RequestRef::of(request), &decider, &Typed(source))
 }

@@ -97,6 +97,7 @@ fn evaluate_with(payload: &[u8], cluster: &impl Cluster) -> Result<Verdict, Stri
         context_aware: settings.context_aware,
         holes: settings.holes(),
         pods_wait_for_wall: settings.pods_wait_for_wall,
+        reconciler_username: &settings.reconciler_username,
     };
     Ok(rules::review(&request, &decider, cluster))
 }

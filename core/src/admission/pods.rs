@@ -102,6 +102,32 @@ pub(crate) fn pod_ref(pod: Option<&ObjectRef<'_>>, request_name: &str) -> String
     }
 }
 
+/// Whether the pod `pod` of `namespace` runs as the ServiceAccount whose username is
+/// `username` (`system:serviceaccount:<namespace>:<name>`; a pod without
+/// `serviceAccountName` runs as `default`).
+///
+/// The reconciler's own pod never waits: its namespace is usually guarded (deploy/'s
+/// `namespace-baseline-system`), and its wall is installed by the reconciler alone, so
+/// waiting would keep a first install (or any moment without a running reconciler and its
+/// wall) from ever starting it. This lets through no one who could not already act as the
+/// reconciler: whoever may create a pod running as its ServiceAccount holds its token.
+pub(crate) fn runs_as(pod: Option<&ObjectRef<'_>>, namespace: &str, username: &str) -> bool {
+    let Some(account) = username
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|account| account.strip_prefix(namespace))
+        .and_then(|account| account.strip_prefix(':'))
+    else {
+        return false;
+    };
+    let spec = pod.and_then(|pod| pod.spec.as_object());
+    let name = spec
+        .and_then(|spec| spec.get("serviceAccountName"))
+        .and_then(|name| name.as_str())
+        .filter(|name| !name.is_empty())
+        .unwrap_or("default");
+    !namespace.is_empty() && name == account
+}
+
 /// CREATE of a Pod in `namespace` (`pod` names it for messages). `live` reads the live
 /// baselines (`Ok(None)`: the policy is not context-aware, and then nothing is known to
 /// guard the namespace), `read_namespace` the Namespace's labels, `read_policy` a

@@ -221,6 +221,7 @@ impl PolicySettings {
             // would have meant had it been left out.
             holes: HolesSetting::named(&self.holes),
             pods_wait_for_wall: self.pods_wait_for_wall,
+            reconciler_username: self.reconciler_username.clone(),
             exempt_users,
             exempt_groups: self.exempt_groups.iter().cloned().collect(),
         }
@@ -376,11 +377,17 @@ pub struct Gate {
     pub context_aware: bool,
     pub holes: HolesSetting,
     pub pods_wait_for_wall: bool,
+    reconciler_username: String,
     exempt_users: HashSet<String>,
     exempt_groups: HashSet<String>,
 }
 
 impl Gate {
+    /// The reconciler's identity (`reconcilerUsername`).
+    pub fn reconciler_username(&self) -> &str {
+        &self.reconciler_username
+    }
+
     /// How far this requester is exempt: the reconciler and break-glass identities from
     /// everything, the control plane's controllers from what they need
     /// ([`CONTROL_PLANE_USERS`]).

@@ -351,3 +351,45 @@ fn host_answers_read_as_the_typed_source(
         _ => panic!("expected {refused:?}, got {from_host:?}"),
     }
 }
+
+/// The reconciler's own pod never waits for the wall only it installs (its namespace is
+/// guarded in deploy/); any other pod of its namespace does, and so does a pod of another
+/// namespace using a ServiceAccount of the same name.
+#[rstest]
+#[case::the_reconcilers_pod("system:serviceaccount:team-a:nsb", Some("nsb"), true)]
+#[case::another_account("system:serviceaccount:team-a:nsb", Some("web"), false)]
+#[case::no_account_is_default("system:serviceaccount:team-a:nsb", None, false)]
+#[case::same_name_other_namespace("system:serviceaccount:ops:nsb", Some("nsb"), false)]
+#[case::reconciler_not_a_service_account("nsb", Some("nsb"), false)]
+fn the_reconcilers_own_pod_does_not_wait(
+    #[case] reconciler: &str,
+    #[case] account: Option<&str>,
+    #[case] allowed: bool,
+) {
+    let gate = PolicySettings {
+        context_aware: true,
+        pods_wait_for_wall: true,
+        reconciler_username: reconciler.to_owned(),
+        ..PolicySettings::default()
+    }
+    .gate();
+    let mut request = pod_request(
+        "CREATE",
+        "system:serviceaccount:kube-system:replicaset-controller",
+        "",
+    );
+    if let Some(account) = account {
+        let object = request.object.as_mut().unwrap();
+        object.spec = json!({"serviceAccountName": account});
+    }
+    let host = Host::new(&[GUARDED], guarded_labels(), &[]);
+    let verdict = review(&request, &gate, &host);
+    assert_eq!(verdict.is_allowed(), allowed, "{verdict:?}");
+    if allowed {
+        assert_eq!(
+            host.reads(),
+            (0, 0, 0),
+            "the reconciler's pod is let through unread"
+        );
+    }
+}
