@@ -11,8 +11,9 @@
 //!    calls in turn; per-call medians over the rounds, and each ratio (ours / no-op,
 //!    context-aware / settings-only) as the median of its per-round ratios, so that a change
 //!    of load on this shared machine falls on both sides of a ratio alike. The same pass
-//!    times the test host's own answer to the class's host call (natively: the list or the
-//!    Namespace pruned to the field masks and written as JSON), the host's share of a call.
+//!    times the test host's own answers to the class's host calls (natively: the list, the
+//!    Namespace or a NetworkPolicy pruned to the field masks and written as JSON; all the calls
+//!    of one evaluation), the host's share of a call.
 //!
 //! Then a table of both, the goals of issue 17 part 4, the modules' sizes and cold starts.
 //! Run with `make bench-policy` (it builds both modules the same way). `NSB_BENCH_QUICK=1`
