@@ -19,7 +19,7 @@ load kwctl
 # fixtures compare that output (holes-host-error-*): run kwctl as a user's shell would.
 unset RUST_BACKTRACE RUST_LIB_BACKTRACE
 
-FAMILIES=(policy-delete policy-update policy-create namespace exempt not-exempt odd dry-run ca settings bypass holes)
+FAMILIES=(policy-delete policy-update policy-create namespace exempt not-exempt odd dry-run ca settings bypass holes pods)
 
 setup_file() {
 	E2E_DIR="$(cd "$(dirname "$BATS_TEST_FILENAME")" && pwd)"
@@ -244,6 +244,10 @@ run_family() {
 
 @test "NetworkPolicies that open the wall of a walled namespace (holes-*)" {
 	run_family holes
+}
+
+@test "Pod CREATEs that wait for their namespace's wall (pods-*)" {
+	run_family pods
 }
 
 @test "summary: every fixture kwctl can run ran" {

@@ -1,7 +1,8 @@
 //! What the policy reads through the policy-server's host capabilities
 //! (`contextAwareResources` in metadata.yml): the live NamespaceBaselines when the policy runs
-//! context-aware, and a Namespace's labels for the holes check (and whether it is being
-//! deleted, for the namespace controller's exemption). The answers are handed to the
+//! context-aware, a Namespace's labels for the holes check and the pod rule (and whether it
+//! is being deleted, for the namespace controller's exemption), and a wall's NetworkPolicy
+//! by name for the pod rule (`podsWaitForWall`). The answers are handed to the
 //! core as the JSON text the host returned; the core reads only the fields the rules use,
 //! borrowing the text.
 
@@ -9,9 +10,10 @@ use kubewarden_policy_sdk::wapc_guest::host_call;
 use namespace_baseline_core::admission::HostCapabilities;
 
 /// The SDK's `ListAllResourcesRequest` for every NamespaceBaseline, pruned by the host to
-/// the fields the rules read (name, namespaceLabel, mode) before it crosses into wasm: the same for every request, so
-/// written once (a test checks it is what the SDK writes).
-pub const LIST_BASELINES_REQUEST: &str = r#"{"api_version":"hedronite.io/v1alpha1","kind":"NamespaceBaseline","label_selector":null,"field_selector":null,"field_masks":["metadata.name","spec.mode","spec.namespaceLabel"]}"#;
+/// the fields the rules read (name, namespaceLabel, mode, and allowDNS for the pod rule)
+/// before it crosses into wasm: the same for every request, so written once (a test checks
+/// it is what the SDK writes).
+pub const LIST_BASELINES_REQUEST: &str = r#"{"api_version":"hedronite.io/v1alpha1","kind":"NamespaceBaseline","label_selector":null,"field_selector":null,"field_masks":["metadata.name","spec.allowDNS","spec.mode","spec.namespaceLabel"]}"#;
 
 /// The SDK's `GetResourceRequest` for the Namespace `name`, as the SDK writes it (a test
 /// checks it).
@@ -23,6 +25,30 @@ pub fn get_namespace_request(name: &str) -> Result<Vec<u8>, serde_json::Error> {
     // the reconciler's holes report makes up for.
     out.extend_from_slice(
         br#","namespace":null,"disable_cache":false,"field_masks":["metadata.deletionTimestamp","metadata.labels","metadata.name"]}"#,
+    );
+    Ok(out)
+}
+
+/// The SDK's `GetResourceRequest` for the NetworkPolicy `name` in `namespace`, as the SDK
+/// writes it (a test checks it): only its name and labels, which say whether it is the
+/// reconciler's.
+pub fn get_network_policy_request(
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let mut out = Vec::with_capacity(192 + namespace.len() + name.len());
+    out.extend_from_slice(
+        br#"{"api_version":"networking.k8s.io/v1","kind":"NetworkPolicy","name":"#,
+    );
+    serde_json::to_writer(&mut out, name)?;
+    out.extend_from_slice(br#","namespace":"#);
+    serde_json::to_writer(&mut out, namespace)?;
+    // The policy-server's 5-second cache keeps only what it found (a policy that was not
+    // found is asked for again on the next pod): a wall deleted a moment ago may still be
+    // seen, which the deletion rule and the reconciler's repair make up for
+    // (docs/design.md, "Pods wait for their wall").
+    out.extend_from_slice(
+        br#","disable_cache":false,"field_masks":["metadata.labels","metadata.name"]}"#,
     );
     Ok(out)
 }
@@ -49,6 +75,13 @@ impl HostCapabilities for ClusterBaselines {
         host_call("kubewarden", "kubernetes", "get_resource", &payload)
             .map_err(|error| error.to_string())
     }
+
+    fn get_network_policy(&self, namespace: &str, name: &str) -> Result<Vec<u8>, String> {
+        let payload =
+            get_network_policy_request(namespace, name).map_err(|error| error.to_string())?;
+        host_call("kubewarden", "kubernetes", "get_resource", &payload)
+            .map_err(|error| error.to_string())
+    }
 }
 
 #[cfg(test)]
@@ -70,7 +103,15 @@ mod tests {
     ];
 
     /// The fields of a NamespaceBaseline the rules read.
-    const BASELINE_FIELD_MASKS: [&str; 3] = ["metadata.name", "spec.mode", "spec.namespaceLabel"];
+    const BASELINE_FIELD_MASKS: [&str; 4] = [
+        "metadata.name",
+        "spec.allowDNS",
+        "spec.mode",
+        "spec.namespaceLabel",
+    ];
+
+    /// The fields of a wall's NetworkPolicy the pod rule reads.
+    const NETWORK_POLICY_FIELD_MASKS: [&str; 2] = ["metadata.labels", "metadata.name"];
 
     #[test]
     fn the_list_request_is_the_sdks() {
@@ -100,6 +141,30 @@ mod tests {
             };
             assert_eq!(
                 get_namespace_request(name).unwrap(),
+                serde_json::to_vec(&request).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn the_network_policy_request_is_the_sdks() {
+        for (namespace, name) in [
+            ("team-a", "nsb-guarded-default-deny"),
+            ("a\"b", "c\\d"),
+            ("", ""),
+        ] {
+            let request = GetResourceRequest {
+                api_version: "networking.k8s.io/v1".to_owned(),
+                kind: "NetworkPolicy".to_owned(),
+                name: name.to_owned(),
+                namespace: Some(namespace.to_owned()),
+                disable_cache: false,
+                field_masks: Some(BTreeSet::from(
+                    NETWORK_POLICY_FIELD_MASKS.map(str::to_owned),
+                )),
+            };
+            assert_eq!(
+                get_network_policy_request(namespace, name).unwrap(),
                 serde_json::to_vec(&request).unwrap()
             );
         }

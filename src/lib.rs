@@ -12,7 +12,9 @@ use namespace_baseline_core::admission::{self, Verdict};
 
 use guest::prelude::*;
 
-pub use baselines::{ClusterBaselines, LIST_BASELINES_REQUEST, get_namespace_request};
+pub use baselines::{
+    ClusterBaselines, LIST_BASELINES_REQUEST, get_namespace_request, get_network_policy_request,
+};
 pub use settings::Settings;
 
 #[unsafe(no_mangle)]

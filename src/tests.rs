@@ -63,6 +63,11 @@ impl BaselineSource for FakeCluster {
             _ => Err(format!("namespaces {name:?} not found")),
         }
     }
+
+    /// No wall exists: the pod rule's look-up finds nothing.
+    fn network_policy(&self, _namespace: &str, _name: &str) -> Result<Option<ObjectView>, String> {
+        Ok(None)
+    }
 }
 
 fn namespace(labels: Value) -> Value {
@@ -305,6 +310,11 @@ fn host_answers_read_as_the_typed_source(
         }
         fn get_namespace(&self, name: &str) -> Result<Vec<u8>, String> {
             Err(format!("namespaces {name:?} not found"))
+        }
+        fn get_network_policy(&self, namespace: &str, name: &str) -> Result<Vec<u8>, String> {
+            Err(format!(
+                "networkpolicies {namespace}/{name} not read by this test"
+            ))
         }
     }
     let items: Vec<Value> = baselines

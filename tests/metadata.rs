@@ -116,6 +116,7 @@ fn the_policy_guards_exactly_what_the_design_names() {
                 "namespaces,namespaces/status,namespaces/finalize".into(),
                 vec!["UPDATE".into()]
             ),
+            ("".into(), "pods".into(), vec!["CREATE".into()]),
         ]
     );
     let resource = &metadata["contextAwareResources"][0];

@@ -31,6 +31,10 @@ pub struct Fixture {
     /// among them is not found.
     #[serde(default)]
     pub namespaces: Vec<Value>,
+    /// The NetworkPolicy objects the host capabilities get by namespace and name (the pod
+    /// rule's look-up of a wall, `podsWaitForWall`); one not among them is not found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_policies: Vec<Value>,
     /// When set, the Kubernetes host capabilities fail with this message.
     #[serde(default)]
     pub host_error: Option<String>,
@@ -106,6 +110,13 @@ impl Fixture {
     /// Whether the settings turn on context-aware mode.
     pub fn context_aware(&self) -> bool {
         self.settings.get("contextAware") == Some(&Value::Bool(true))
+    }
+
+    /// The NetworkPolicy `name` in `namespace` among [`Fixture::network_policies`].
+    pub fn network_policy(&self, namespace: &str, name: &str) -> Option<&Value> {
+        self.network_policies.iter().find(|policy| {
+            policy["metadata"]["namespace"] == namespace && policy["metadata"]["name"] == name
+        })
     }
 
     /// The Namespace named `name` among [`Fixture::namespaces`].
@@ -195,6 +206,7 @@ mod tests {
             "x",
             r#"{"description": "d", "settings": {"contextAware": true}, "baselines": [{}],
                 "namespaces": [{"metadata": {"name": "team-a"}}],
+                "networkPolicies": [{"metadata": {"name": "wall", "namespace": "team-a"}}],
                 "hostError": "boom", "request": {"uid": "1"},
                 "expect": {"allowed": false, "messageContains": "m", "hostCalls": 1,
                            "warningsContain": ["w"]}}"#,
@@ -208,6 +220,8 @@ mod tests {
         assert_eq!(fixture.expect.warnings_contain, ["w"]);
         assert!(fixture.namespace("team-a").is_some());
         assert!(fixture.namespace("team-b").is_none());
+        assert!(fixture.network_policy("team-a", "wall").is_some());
+        assert!(fixture.network_policy("team-b", "wall").is_none());
         assert_eq!(fixture.verdict(), Verdict::Denied);
         assert_eq!(fixture.expected(), "reject");
     }
@@ -220,6 +234,7 @@ mod tests {
         assert_eq!(fixture.request, serde_json::json!({}));
         assert!(fixture.baselines.is_empty());
         assert!(fixture.namespaces.is_empty());
+        assert!(fixture.network_policies.is_empty());
         assert!(fixture.expect.warnings_contain.is_empty());
         assert!(!fixture.context_aware());
         assert_eq!(fixture.verdict(), Verdict::Allowed);

@@ -26,6 +26,7 @@ impl BaselineSource for Host {
                 spec: namespace_baseline_core::admission::LiveBaselineSpec {
                     namespace_label: (*label).into(),
                     mode: Default::default(),
+                    allow_dns: i == 0,
                 },
             })
             .collect())
@@ -40,6 +41,24 @@ impl BaselineSource for Host {
         view.metadata.name = name.to_owned();
         view.metadata.labels.insert("baseline".into(), "guarded".into());
         Ok(view)
+    }
+
+    /// The first baseline's deny-all exists in every namespace; its DNS door nowhere.
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<ObjectView>, String> {
+        if self.fail {
+            return Err("injected host failure".into());
+        }
+        if name != "nsb-b0-default-deny" {
+            return Ok(None);
+        }
+        let mut view = ObjectView::default();
+        view.metadata.name = name.to_owned();
+        view.metadata.namespace = namespace.to_owned();
+        view.metadata.labels.insert(
+            namespace_baseline_core::identity::BASELINE_LABEL.into(),
+            "b0".into(),
+        );
+        Ok(Some(view))
     }
 }
 
@@ -64,7 +83,11 @@ pub fn check_invariants(payload: &[u8], verdict: &Result<Verdict, String>) {
             assert_eq!(*verdict, Verdict::Allow, "{user}'s DELETE was denied");
         }
     }
-    if !request.is_network_policy() && !request.is_namespace() {
+    // A Pod CREATE waits for its namespace's wall only when podsWaitForWall asks for it.
+    let pod_waits = request.is_pod()
+        && request.operation == "CREATE"
+        && value["settings"]["podsWaitForWall"] == true;
+    if !request.is_network_policy() && !request.is_namespace() && !pod_waits {
         assert_eq!(*verdict, Verdict::Allow, "a kind the policy does not guard was denied");
     }
     if !verdict.warnings().is_empty() {

@@ -25,7 +25,8 @@ pub struct EvaluateInput<'a> {
     /// When not blank, reading the cluster (the live baselines, a Namespace) fails with this
     /// message (what the policy-server answers when the API server cannot be reached).
     pub host_error: &'a str,
-    /// The cluster objects editor: its Namespaces answer the policy's namespace reads.
+    /// The cluster objects editor: its Namespaces answer the policy's namespace reads, its
+    /// NetworkPolicies the pod rule's reads of a wall (`podsWaitForWall`).
     pub objects: &'a str,
     pub request: &'a str,
 }
@@ -60,6 +61,8 @@ pub struct Evaluation {
     pub baseline_reads: usize,
     /// How many times the policy asked for a Namespace (host calls).
     pub namespace_reads: usize,
+    /// How many times the policy asked for a NetworkPolicy of a wall (host calls).
+    pub network_policy_reads: usize,
     /// How the inputs were read (e.g. settings taken from the pasted fixture).
     pub notes: Vec<String>,
 }
@@ -148,15 +151,17 @@ impl Summary {
     }
 }
 
-/// The cluster of the playground: fixed NamespaceBaselines and Namespaces, or a failure,
-/// counting reads.
+/// The cluster of the playground: fixed NamespaceBaselines, Namespaces and NetworkPolicies,
+/// or a failure, counting reads.
 #[derive(Debug, Default)]
 pub struct StaticCluster {
     baselines: Vec<LiveBaseline>,
     namespaces: Vec<ObjectView>,
+    network_policies: Vec<ObjectView>,
     failure: Option<String>,
     baseline_reads: Cell<usize>,
     namespace_reads: Cell<usize>,
+    network_policy_reads: Cell<usize>,
 }
 
 impl StaticCluster {
@@ -166,6 +171,12 @@ impl StaticCluster {
             namespaces,
             ..Self::default()
         }
+    }
+
+    /// With these NetworkPolicies (what the pod rule looks a wall up in).
+    pub fn with_network_policies(mut self, network_policies: Vec<ObjectView>) -> Self {
+        self.network_policies = network_policies;
+        self
     }
 
     pub fn failing(message: impl Into<String>) -> Self {
@@ -181,6 +192,10 @@ impl StaticCluster {
 
     pub fn namespace_reads(&self) -> usize {
         self.namespace_reads.get()
+    }
+
+    pub fn network_policy_reads(&self) -> usize {
+        self.network_policy_reads.get()
     }
 }
 
@@ -204,6 +219,19 @@ impl BaselineSource for StaticCluster {
             .cloned()
             // What the API server answers.
             .ok_or_else(|| format!("namespaces {name:?} not found"))
+    }
+
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<ObjectView>, String> {
+        self.network_policy_reads
+            .set(self.network_policy_reads.get() + 1);
+        if let Some(message) = &self.failure {
+            return Err(message.clone());
+        }
+        Ok(self
+            .network_policies
+            .iter()
+            .find(|policy| policy.metadata.namespace == namespace && policy.metadata.name == name)
+            .cloned())
     }
 }
 
@@ -313,12 +341,21 @@ pub fn evaluate(input: &EvaluateInput) -> Evaluation {
     } else {
         baseline_objects(input.baselines)
     };
-    // The Namespaces the policy may read: the objects editor's, or the pasted fixture's.
-    let namespaces = if input.objects.trim().is_empty() {
-        carried_field("namespaces", Field::Objects)
-            .map_or(Ok(Vec::new()), |value| namespace_views(&value.to_string()))
+    // The Namespaces and NetworkPolicies the policy may read: the objects editor's, or the
+    // pasted fixture's.
+    let (namespaces, network_policies) = if input.objects.trim().is_empty() {
+        let namespaces = carried_field("namespaces", Field::Objects)
+            .map_or(Ok(Vec::new()), |value| namespace_views(&value.to_string()));
+        let network_policies = carried_field("networkPolicies", Field::Objects)
+            .map_or(Ok(Vec::new()), |value| {
+                object_views(&value.to_string(), "NetworkPolicy")
+            });
+        (namespaces, network_policies)
     } else {
-        namespace_views(input.objects)
+        (
+            namespace_views(input.objects),
+            object_views(input.objects, "NetworkPolicy"),
+        )
     };
     let host_error = if input.host_error.trim().is_empty() {
         carried_field("hostError", Field::HostError)
@@ -351,9 +388,13 @@ pub fn evaluate(input: &EvaluateInput) -> Evaluation {
         error(Field::Objects, message);
         Vec::new()
     });
+    let network_policies = network_policies.unwrap_or_else(|message| {
+        error(Field::Objects, message);
+        Vec::new()
+    });
     let source = match host_error {
         Some(message) => StaticCluster::failing(message),
-        None => StaticCluster::new(baselines, namespaces),
+        None => StaticCluster::new(baselines, namespaces).with_network_policies(network_policies),
     };
     let summary = request.as_ref().map(|request| {
         let raw = serde_json::value::to_raw_value(request).ok();
@@ -368,6 +409,7 @@ pub fn evaluate(input: &EvaluateInput) -> Evaluation {
         errors,
         baseline_reads: 0,
         namespace_reads: 0,
+        network_policy_reads: 0,
         notes,
     };
     match settings_check {
@@ -402,16 +444,22 @@ pub fn evaluate(input: &EvaluateInput) -> Evaluation {
     }
     evaluation.baseline_reads = source.baseline_reads();
     evaluation.namespace_reads = source.namespace_reads();
+    evaluation.network_policy_reads = source.network_policy_reads();
     evaluation
 }
 
 /// The Namespaces among the objects of an editor, as the policy reads them.
 fn namespace_views(text: &str) -> Result<Vec<ObjectView>, String> {
+    object_views(text, "Namespace")
+}
+
+/// The objects of `kind` among the objects of an editor, as the policy reads them.
+fn object_views(text: &str, kind: &str) -> Result<Vec<ObjectView>, String> {
     let objects = cluster_objects(text)?;
-    of_kind(&objects, "Namespace")
+    of_kind(&objects, kind)
         .map(|(index, object)| {
             serde_json::from_value(object.clone())
-                .map_err(|error| format!("item {index} (Namespace) cannot be read: {error}"))
+                .map_err(|error| format!("item {index} ({kind}) cannot be read: {error}"))
         })
         .collect()
 }

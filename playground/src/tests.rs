@@ -34,7 +34,14 @@ fn every_fixture_gives_the_verdict_it_expects() {
         let name = &fixture.name;
         let settings = yaml(Some(&fixture.settings));
         let baselines = yaml(Some(&Value::Array(fixture.baselines.clone())));
-        let objects = yaml(Some(&Value::Array(fixture.namespaces.clone())));
+        let objects = yaml(Some(&Value::Array(
+            fixture
+                .namespaces
+                .iter()
+                .chain(&fixture.network_policies)
+                .cloned()
+                .collect(),
+        )));
         let request = serde_json::to_string_pretty(&fixture.request).unwrap();
         let evaluation = evaluate(&EvaluateInput {
             settings: &settings,
@@ -67,7 +74,9 @@ fn every_fixture_gives_the_verdict_it_expects() {
                 evaluation.message
             ));
         }
-        let reads = evaluation.baseline_reads + evaluation.namespace_reads;
+        let reads = evaluation.baseline_reads
+            + evaluation.namespace_reads
+            + evaluation.network_policy_reads;
         if let Some(wanted) = fixture.expect.host_calls
             && wanted != reads
         {

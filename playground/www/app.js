@@ -64,7 +64,7 @@ function runEvaluation() {
   showErrors(["settings", "baselines", "hostError", "request"], answer.errors ?? []);
   const verdict = $("verdict");
   verdict.dataset.outcome = answer.outcome;
-  verdict.dataset.hostCalls = String((answer.baselineReads ?? 0) + (answer.namespaceReads ?? 0));
+  verdict.dataset.hostCalls = String((answer.baselineReads ?? 0) + (answer.namespaceReads ?? 0) + (answer.networkPolicyReads ?? 0));
   $("verdict-title").textContent = TITLES[answer.outcome] ?? answer.outcome;
   $("summary").textContent = answer.summary?.text ?? "";
   let message = answer.message ?? "";
@@ -88,7 +88,9 @@ function runEvaluation() {
       ? "The policy did not read the live NamespaceBaselines."
       : `The policy read the live NamespaceBaselines ${times(reads)}.`);
     const namespaceReads = answer.namespaceReads ?? 0;
-    if (namespaceReads > 0) notes.push(`The policy read the request's Namespace ${times(namespaceReads)} (the holes check).`);
+    if (namespaceReads > 0) notes.push(`The policy read the request's Namespace ${times(namespaceReads)} (the holes check, or whether a new pod's namespace is guarded).`);
+    const policyReads = answer.networkPolicyReads ?? 0;
+    if (policyReads > 0) notes.push(`The policy looked up ${policyReads === 1 ? "a NetworkPolicy" : `${policyReads} NetworkPolicies`} of the namespace's wall (podsWaitForWall).`);
   }
   fillList($("verdict-notes"), notes);
   return answer;
@@ -198,7 +200,7 @@ function loadExample(name) {
   $("settings").value = yamlOf(example.settings ?? {});
   $("baselines").value = yamlOf(example.baselines);
   $("host-error").value = example.hostError ?? "";
-  $("objects").value = yamlOf(example.namespaces);
+  $("objects").value = yamlOf([...(example.namespaces ?? []), ...(example.networkPolicies ?? [])]);
   $("request").value = JSON.stringify(example.request ?? {}, null, 2);
   $("example-description").textContent = example.description ?? "";
   $("example-expect").textContent = describeExpectation(example.expect);

@@ -223,12 +223,25 @@ pub struct LiveBaselineMetadata<'a> {
     pub name: Text<'a>,
 }
 
-#[derive(Deserialize, Clone, Default)]
+#[derive(Deserialize, Clone)]
 #[serde(rename_all = "camelCase", default)]
 pub struct LiveBaselineSpec<'a> {
     #[serde(borrow)]
     pub namespace_label: Text<'a>,
     pub mode: Mode,
+    #[serde(rename = "allowDNS")]
+    pub allow_dns: bool,
+}
+
+/// As the CRD defaults an absent field: `allowDNS` is `true`.
+impl Default for LiveBaselineSpec<'_> {
+    fn default() -> Self {
+        Self {
+            namespace_label: Text::default(),
+            mode: Mode::default(),
+            allow_dns: true,
+        }
+    }
 }
 
 /// [`super::PolicySettings`] as they are read from a payload, borrowing its text: the fields, their
@@ -249,6 +262,7 @@ pub struct PolicySettings<'a> {
     pub exempt_service_accounts: Vec<Text<'a>>,
     #[serde(borrow)]
     pub holes: Text<'a>,
+    pub pods_wait_for_wall: bool,
 }
 
 impl Default for PolicySettings<'_> {
@@ -261,6 +275,7 @@ impl Default for PolicySettings<'_> {
             exempt_groups: Vec::new(),
             exempt_service_accounts: Vec::new(),
             holes: Text::from(HolesSetting::Warn.as_str()),
+            pods_wait_for_wall: false,
         }
     }
 }

@@ -10,6 +10,7 @@ mod borrowed;
 mod json;
 mod netpol;
 mod payload;
+mod pods;
 mod request;
 mod rules;
 mod settings;
@@ -20,6 +21,7 @@ use std::fmt;
 use serde::Deserialize;
 
 pub use payload::{check_settings, evaluate, evaluate_in_host, read_request, settings_problem};
+pub use pods::NETWORK_POLICY_NOT_FOUND;
 pub use request::{AdmissionRequest, GroupVersionKind, MetadataView, ObjectView, UserInfo};
 pub use rules::{LiveBaselines, MAX_HOLES_LISTED};
 pub use settings::{
@@ -91,11 +93,25 @@ pub struct LiveBaselineMetadata {
     pub name: String,
 }
 
-#[derive(Deserialize, Debug, Clone, Default, PartialEq)]
+#[derive(Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct LiveBaselineSpec {
     pub namespace_label: String,
     pub mode: Mode,
+    /// Whether its wall has a DNS door (the CRD's default: `true`).
+    #[serde(rename = "allowDNS")]
+    pub allow_dns: bool,
+}
+
+/// As the CRD defaults an absent field: `allowDNS` is `true`.
+impl Default for LiveBaselineSpec {
+    fn default() -> Self {
+        Self {
+            namespace_label: String::new(),
+            mode: Mode::default(),
+            allow_dns: true,
+        }
+    }
 }
 
 impl LiveBaseline {
@@ -125,6 +141,11 @@ pub trait BaselineSource {
     /// NetworkPolicy that opens a `World` or `Cluster` hole, to learn whether its namespace
     /// is walled. A namespace that does not exist is an error like any other failed read.
     fn namespace(&self, name: &str) -> Result<ObjectView, String>;
+
+    /// The NetworkPolicy `name` in `namespace` (its name and labels), read for a Pod CREATE
+    /// in a namespace a live baseline guards (`podsWaitForWall`): `Ok(None)` when it does not
+    /// exist, an error when it could not be read.
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<ObjectView>, String>;
 }
 
 /// The same reads as [`BaselineSource`], answered as the policy-server answers them: the JSON
@@ -139,6 +160,11 @@ pub trait HostCapabilities {
 
     /// `kubernetes/get_resource` of the Namespace `name`, or why the call failed.
     fn get_namespace(&self, name: &str) -> Result<Vec<u8>, String>;
+
+    /// `kubernetes/get_resource` of the NetworkPolicy `name` in `namespace`, or why the call
+    /// failed: a policy that does not exist fails with the policy-server's "not found"
+    /// message ([`NETWORK_POLICY_NOT_FOUND`]), which the rules read as "missing".
+    fn get_network_policy(&self, namespace: &str, name: &str) -> Result<Vec<u8>, String>;
 }
 
 /// Either source, as the rules read it: its answers, and how each is read (borrowed from
@@ -146,9 +172,11 @@ pub trait HostCapabilities {
 /// source.
 pub(crate) trait Cluster {
     type Live: ReadBaselines;
-    type Namespace: ReadNamespace;
+    type Object: ReadObject;
     fn baselines(&self) -> Result<Self::Live, String>;
-    fn namespace(&self, name: &str) -> Result<Self::Namespace, String>;
+    fn namespace(&self, name: &str) -> Result<Self::Object, String>;
+    /// `Ok(None)`: the policy does not exist.
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<Self::Object>, String>;
 }
 
 pub(crate) trait ReadBaselines {
@@ -156,8 +184,8 @@ pub(crate) trait ReadBaselines {
     fn read(&self) -> Result<Vec<view::LiveBaselineRef<'_>>, String>;
 }
 
-pub(crate) trait ReadNamespace {
-    /// The Namespace, borrowed from the answer.
+pub(crate) trait ReadObject {
+    /// The object (a Namespace or a NetworkPolicy), borrowed from the answer.
     fn read(&self) -> Result<ObjectRef<'_>, String>;
 }
 
@@ -165,7 +193,7 @@ pub(crate) struct Typed<'s>(pub &'s dyn BaselineSource);
 
 impl Cluster for Typed<'_> {
     type Live = Vec<LiveBaseline>;
-    type Namespace = ObjectView;
+    type Object = ObjectView;
 
     fn baselines(&self) -> Result<Vec<LiveBaseline>, String> {
         self.0.baselines()
@@ -173,6 +201,10 @@ impl Cluster for Typed<'_> {
 
     fn namespace(&self, name: &str) -> Result<ObjectView, String> {
         self.0.namespace(name)
+    }
+
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<ObjectView>, String> {
+        self.0.network_policy(namespace, name)
     }
 }
 
@@ -182,7 +214,7 @@ impl ReadBaselines for Vec<LiveBaseline> {
     }
 }
 
-impl ReadNamespace for ObjectView {
+impl ReadObject for ObjectView {
     fn read(&self) -> Result<ObjectRef<'_>, String> {
         Ok(ObjectRef::of(self))
     }
@@ -198,7 +230,7 @@ pub(crate) struct ObjectJson(Vec<u8>);
 
 impl Cluster for Host<'_> {
     type Live = ListJson;
-    type Namespace = ObjectJson;
+    type Object = ObjectJson;
 
     fn baselines(&self) -> Result<ListJson, String> {
         self.0.list_baselines().map(ListJson)
@@ -206,6 +238,14 @@ impl Cluster for Host<'_> {
 
     fn namespace(&self, name: &str) -> Result<ObjectJson, String> {
         self.0.get_namespace(name).map(ObjectJson)
+    }
+
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<ObjectJson>, String> {
+        match self.0.get_network_policy(namespace, name) {
+            Ok(answer) => Ok(Some(ObjectJson(answer))),
+            Err(error) if pods::is_not_found(&error) => Ok(None),
+            Err(error) => Err(error),
+        }
     }
 }
 
@@ -218,7 +258,7 @@ impl ReadBaselines for ListJson {
     }
 }
 
-impl ReadNamespace for ObjectJson {
+impl ReadObject for ObjectJson {
     fn read(&self) -> Result<ObjectRef<'_>, String> {
         std::str::from_utf8(&self.0)
             .map_err(|error| error.to_string())
@@ -235,6 +275,10 @@ pub(crate) struct Decider<'g> {
     pub guards: Vec<GuardRef<'g>>,
     pub context_aware: bool,
     pub holes: HolesSetting,
+    /// Refuse a Pod CREATE in a guarded namespace until its wall is in place.
+    pub pods_wait_for_wall: bool,
+    /// The reconciler's identity: its own pod never waits for a wall only it installs.
+    pub reconciler_username: &'g str,
 }
 
 /// Reviews one admission request. Requests this policy does not guard, or cannot read, are
@@ -246,6 +290,8 @@ pub fn review(request: &AdmissionRequest, gate: &Gate, source: &dyn BaselineSour
         guards: gate.guards.iter().map(GuardRef::of).collect(),
         context_aware: gate.context_aware,
         holes: gate.holes,
+        pods_wait_for_wall: gate.pods_wait_for_wall,
+        reconciler_username: gate.reconciler_username(),
     };
     rules::review(&RequestRef::of(request), &decider, &Typed(source))
 }

@@ -96,6 +96,8 @@ fn evaluate_with(payload: &[u8], cluster: &impl Cluster) -> Result<Verdict, Stri
         guards: settings.guards(),
         context_aware: settings.context_aware,
         holes: settings.holes(),
+        pods_wait_for_wall: settings.pods_wait_for_wall,
+        reconciler_username: &settings.reconciler_username,
     };
     Ok(rules::review(&request, &decider, cluster))
 }
@@ -126,6 +128,14 @@ mod tests {
 
         fn namespace(&self, name: &str) -> Result<crate::admission::ObjectView, String> {
             Err(format!("namespaces {name:?} not found"))
+        }
+
+        fn network_policy(
+            &self,
+            _namespace: &str,
+            _name: &str,
+        ) -> Result<Option<crate::admission::ObjectView>, String> {
+            Ok(None)
         }
     }
 

@@ -115,4 +115,9 @@ impl AdmissionRequest {
     pub fn is_namespace(&self) -> bool {
         self.kind.group.is_empty() && self.kind.kind == "Namespace"
     }
+
+    /// A Pod itself, not one of its subresources (`pods/binding`, `pods/eviction`, ...).
+    pub fn is_pod(&self) -> bool {
+        self.kind.group.is_empty() && self.kind.kind == "Pod" && self.sub_resource.is_empty()
+    }
 }

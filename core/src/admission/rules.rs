@@ -3,9 +3,10 @@
 
 use super::json::Json;
 use super::netpol::{self, SPEC};
+use super::pods;
 use super::view::{GuardRef, Labels, LiveBaselineRef, ObjectRef, RequestRef, claims_management};
 use super::{
-    Cluster, Decider, Exemption, HolesSetting, LiveBaseline, ReadBaselines, ReadNamespace, Verdict,
+    Cluster, Decider, Exemption, HolesSetting, LiveBaseline, ReadBaselines, ReadObject, Verdict,
 };
 use crate::holes::{Direction, Hole, Width};
 use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, baseline_label_value};
@@ -115,6 +116,21 @@ fn review_rules(
             }
             _ => Verdict::Allow,
         }
+    } else if request.is_pod() && operation == "CREATE" && decider.pods_wait_for_wall {
+        let namespace: &str = match new {
+            Some(pod) if request.namespace.is_empty() => &pod.metadata.namespace,
+            _ => &request.namespace,
+        };
+        if pods::runs_as(new, namespace, decider.reconciler_username) {
+            return Verdict::Allow;
+        }
+        pods::review_pod_create(
+            &pods::pod_ref(new, &request.name),
+            namespace,
+            live,
+            || cluster.namespace(namespace),
+            |name| cluster.network_policy(namespace, name),
+        )
     } else {
         Verdict::Allow
     }
@@ -269,7 +285,7 @@ const MAX_LABEL_VALUE: usize = 63;
 
 /// Whether the baseline `name` is the one a managed policy's [`BASELINE_LABEL`] value names,
 /// without copying the name when it is short enough to be its own label value.
-fn owns(name: &str, owner: &str) -> bool {
+pub(super) fn owns(name: &str, owner: &str) -> bool {
     if name.len() <= MAX_LABEL_VALUE {
         name == owner
     } else {
@@ -490,7 +506,7 @@ fn walled_by(guard: &GuardRef<'_>) -> String {
 /// says which read failed and which permission of the policy-server's ServiceAccount it
 /// needs; `Warn` accepts it with a warning that says the same (a hole is not the wall
 /// itself, and the reconciler reports it anyway).
-fn review_policy_holes<N: ReadNamespace, A: ReadBaselines>(
+fn review_policy_holes<N: ReadObject, A: ReadBaselines>(
     new: &NetworkPolicy<'_>,
     old: Option<&NetworkPolicy<'_>>,
     setting: HolesSetting,

@@ -27,6 +27,10 @@ pub struct PolicySettings {
     /// What to do with a CREATE or UPDATE of a NetworkPolicy that opens a `World` or
     /// `Cluster` hole in a walled namespace: `Warn`, `Deny` or `Ignore` ([`HolesSetting`]).
     pub holes: String,
+    /// Refuse a Pod CREATE in a namespace a live `Enforce` NamespaceBaseline guards until
+    /// that baseline's wall (its deny-all, and its DNS door when `allowDNS`) exists: the
+    /// pod's controller retries. Needs `contextAware` (the wall is named after the baseline).
+    pub pods_wait_for_wall: bool,
 }
 
 /// Read through [`SettingsRef`]: one reader, so that the settings `validate_settings` checks
@@ -48,6 +52,7 @@ impl Default for PolicySettings {
             exempt_groups: Vec::new(),
             exempt_service_accounts: Vec::new(),
             holes: HolesSetting::Warn.as_str().to_owned(),
+            pods_wait_for_wall: false,
         }
     }
 }
@@ -186,6 +191,7 @@ impl PolicySettings {
             exempt_groups: texts(&self.exempt_groups),
             exempt_service_accounts: texts(&self.exempt_service_accounts),
             holes: Text::from(self.holes.as_str()),
+            pods_wait_for_wall: self.pods_wait_for_wall,
         }
     }
 
@@ -214,6 +220,8 @@ impl PolicySettings {
             // `validate` refuses anything else; the default is what an unreadable value
             // would have meant had it been left out.
             holes: HolesSetting::named(&self.holes),
+            pods_wait_for_wall: self.pods_wait_for_wall,
+            reconciler_username: self.reconciler_username.clone(),
             exempt_users,
             exempt_groups: self.exempt_groups.iter().cloned().collect(),
         }
@@ -283,6 +291,11 @@ impl SettingsRef<'_> {
         if let Err(problem) = HolesSetting::parse(&self.holes) {
             problems.push(problem);
         }
+        if self.pods_wait_for_wall && !self.context_aware {
+            problems.push(
+                "podsWaitForWall needs contextAware: true: a namespace's wall is named after the live NamespaceBaseline that guards it, and whether it has a DNS door is that baseline's allowDNS, which only the live baselines say; set contextAware: true, or podsWaitForWall: false".to_owned(),
+            );
+        }
         if problems.is_empty() {
             Ok(())
         } else {
@@ -301,6 +314,7 @@ impl SettingsRef<'_> {
             exempt_groups: strings(&self.exempt_groups),
             exempt_service_accounts: strings(&self.exempt_service_accounts),
             holes: self.holes.to_string(),
+            pods_wait_for_wall: self.pods_wait_for_wall,
         }
     }
 
@@ -362,11 +376,18 @@ pub struct Gate {
     pub guards: Vec<super::Guard>,
     pub context_aware: bool,
     pub holes: HolesSetting,
+    pub pods_wait_for_wall: bool,
+    reconciler_username: String,
     exempt_users: HashSet<String>,
     exempt_groups: HashSet<String>,
 }
 
 impl Gate {
+    /// The reconciler's identity (`reconcilerUsername`).
+    pub fn reconciler_username(&self) -> &str {
+        &self.reconciler_username
+    }
+
     /// How far this requester is exempt: the reconciler and break-glass identities from
     /// everything, the control plane's controllers from what they need
     /// ([`CONTROL_PLANE_USERS`]).
@@ -416,6 +437,8 @@ mod tests {
         "holes": "Deny",
     }))]
     #[case::holes_ignored(json!({"contextAware": true, "holes": "Ignore"}))]
+    #[case::pods_wait_for_wall(json!({"contextAware": true, "podsWaitForWall": true}))]
+    #[case::pods_do_not_wait_settings_only(json!({"guardSelectors": ["baseline"], "podsWaitForWall": false}))]
     fn valid_settings(#[case] value: serde_json::Value) {
         assert_eq!(settings(value).unwrap().validate(), Ok(()));
     }
@@ -437,6 +460,7 @@ mod tests {
     #[case::everyone_anonymous(json!({"contextAware": true, "exemptGroups": ["system:unauthenticated"]}), "exemptGroups[0] \"system:unauthenticated\" is every anonymous request")]
     #[case::every_service_account(json!({"contextAware": true, "exemptGroups": ["system:serviceaccounts"]}), "exemptGroups[0] \"system:serviceaccounts\" is every ServiceAccount of every namespace")]
     #[case::anonymous_user(json!({"contextAware": true, "exemptUsers": ["system:anonymous"]}), "exemptUsers[0] \"system:anonymous\" is every anonymous request")]
+    #[case::pods_wait_without_live_baselines(json!({"guardSelectors": ["baseline=guarded"], "podsWaitForWall": true}), "podsWaitForWall needs contextAware: true")]
     fn invalid_settings_say_what_to_fix(#[case] value: serde_json::Value, #[case] message: &str) {
         let error = settings(value).unwrap().validate().unwrap_err();
         assert!(error.contains(message), "{error}");
@@ -446,6 +470,7 @@ mod tests {
     #[case::unknown_field(json!({"guardSelector": ["a"]}), "unknown field `guardSelector`")]
     #[case::wrong_type(json!({"contextAware": "yes"}), "invalid type")]
     #[case::holes_wrong_type(json!({"contextAware": true, "holes": true}), "invalid type: boolean `true`, expected a string")]
+    #[case::pods_wait_wrong_type(json!({"contextAware": true, "podsWaitForWall": "yes"}), "invalid type: string \"yes\", expected a boolean")]
     fn unreadable_settings_are_refused(#[case] value: serde_json::Value, #[case] message: &str) {
         assert!(settings(value).unwrap_err().contains(message));
     }
@@ -462,6 +487,17 @@ mod tests {
         let settings = settings(value).unwrap();
         assert_eq!(settings.validate(), Ok(()));
         assert_eq!(settings.gate().holes, expected);
+    }
+
+    #[rstest]
+    #[case::default_off(json!({"contextAware": true}), false)]
+    #[case::on(json!({"contextAware": true, "podsWaitForWall": true}), true)]
+    #[case::off(json!({"contextAware": true, "podsWaitForWall": false}), false)]
+    fn the_pods_setting_reaches_the_gate(#[case] value: serde_json::Value, #[case] on: bool) {
+        let settings = settings(value).unwrap();
+        assert_eq!(settings.validate(), Ok(()));
+        assert_eq!(settings.gate().pods_wait_for_wall, on);
+        assert_eq!(settings.borrowed().pods_wait_for_wall, on);
     }
 
     #[rstest]

@@ -18,6 +18,10 @@ impl BaselineSource for Cluster {
     fn namespace(&self, name: &str) -> Result<ObjectView, String> {
         panic!("namespace {name} was read, but no request here opens a hole")
     }
+
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<ObjectView>, String> {
+        panic!("NetworkPolicy {namespace}/{name} was read, but no request here creates a pod")
+    }
 }
 
 /// A source that must not be asked (settings-only mode).
@@ -30,6 +34,10 @@ impl BaselineSource for Unreachable {
 
     fn namespace(&self, name: &str) -> Result<ObjectView, String> {
         panic!("namespace {name} was read although nothing needed it")
+    }
+
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<ObjectView>, String> {
+        panic!("NetworkPolicy {namespace}/{name} was read although nothing needed it")
     }
 }
 
@@ -336,6 +344,10 @@ impl BaselineSource for Walls {
         self.namespace
             .clone()
             .map(|value| serde_json::from_value(value).unwrap())
+    }
+
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<ObjectView>, String> {
+        panic!("NetworkPolicy {namespace}/{name} was read by the holes check")
     }
 }
 
@@ -814,6 +826,10 @@ impl BaselineSource for TeamA {
         }
         Ok(serde_json::from_value(namespace).unwrap())
     }
+
+    fn network_policy(&self, namespace: &str, name: &str) -> Result<Option<ObjectView>, String> {
+        panic!("NetworkPolicy {namespace}/{name} was read, but no request here creates a pod")
+    }
 }
 
 const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
@@ -890,3 +906,5 @@ fn only_the_reconciler_and_break_glass_create_a_look_alike_wall(
         allowed
     );
 }
+
+mod pods;

@@ -128,6 +128,11 @@ impl<'a> RequestRef<'a> {
     pub fn is_namespace(&self) -> bool {
         self.kind.group.is_empty() && *self.kind.kind == *"Namespace"
     }
+
+    /// A Pod itself, not one of its subresources (`pods/binding`, `pods/eviction`, ...).
+    pub fn is_pod(&self) -> bool {
+        self.kind.group.is_empty() && *self.kind.kind == *"Pod" && self.sub_resource.is_empty()
+    }
 }
 
 impl<'a> ObjectRef<'a> {
@@ -248,6 +253,7 @@ impl<'a> LiveBaselineRef<'a> {
             spec: LiveBaselineSpecRef {
                 namespace_label: Text::from(baseline.spec.namespace_label.as_str()),
                 mode: baseline.spec.mode,
+                allow_dns: baseline.spec.allow_dns,
             },
         }
     }

@@ -11,8 +11,9 @@
 //!    calls in turn; per-call medians over the rounds, and each ratio (ours / no-op,
 //!    context-aware / settings-only) as the median of its per-round ratios, so that a change
 //!    of load on this shared machine falls on both sides of a ratio alike. The same pass
-//!    times the test host's own answer to the class's host call (natively: the list or the
-//!    Namespace pruned to the field masks and written as JSON), the host's share of a call.
+//!    times the test host's own answers to the class's host calls (natively: the list, the
+//!    Namespace or a NetworkPolicy pruned to the field masks and written as JSON; all the calls
+//!    of one evaluation), the host's share of a call.
 //!
 //! Then a table of both, the goals of issue 17 part 4, the modules' sizes and cold starts.
 //! Run with `make bench-policy` (it builds both modules the same way). `NSB_BENCH_QUICK=1`
@@ -40,6 +41,14 @@ enum Role {
     ContextAware,
     /// The holes check (a host call for the Namespace), for information.
     Holes,
+    /// A Pod CREATE under `podsWaitForWall` (issue 26): the list of baselines, then, when a
+    /// baseline enforces a wall, the pod's Namespace, then the wall's NetworkPolicies by name
+    /// (`walls`) when the namespace is guarded. For the record: without the rule a Pod CREATE
+    /// never reaches the policy, so all of it is added cost.
+    Pods {
+        reads_namespace: bool,
+        walls: &'static [&'static str],
+    },
 }
 
 /// One request class: a fixture, and for the context-aware classes the cluster's baselines.
@@ -103,6 +112,33 @@ const CASES: &[Case] = &[
         baselines: None,
         role: Role::Holes,
     },
+    Case {
+        class: "pod-create-unguarded",
+        fixture: "pods-unguarded-namespace",
+        baselines: None,
+        role: Role::Pods {
+            reads_namespace: true,
+            walls: &[],
+        },
+    },
+    Case {
+        class: "pod-create-walled",
+        fixture: "pods-guarded-walled",
+        baselines: None,
+        role: Role::Pods {
+            reads_namespace: true,
+            walls: &["nsb-guarded-default-deny", "nsb-guarded-allow-dns"],
+        },
+    },
+    Case {
+        class: "pod-create-unwalled",
+        fixture: "pods-guarded-no-deny-all",
+        baselines: None,
+        role: Role::Pods {
+            reads_namespace: true,
+            walls: &["nsb-guarded-default-deny"],
+        },
+    },
 ];
 
 /// Rounds of the interleaved pass, and the time each batch of calls aims at.
@@ -162,22 +198,57 @@ impl HostCapabilities for NativeCluster {
             &request,
         )
     }
+
+    fn get_network_policy(&self, namespace: &str, name: &str) -> Result<Vec<u8>, String> {
+        let request = namespace_baseline_policy::get_network_policy_request(namespace, name)
+            .map_err(|error| error.to_string())?;
+        host_answer(
+            &self.namespaces,
+            "kubewarden",
+            "kubernetes",
+            "get_resource",
+            &request,
+        )
+    }
 }
 
-/// The host call a class makes (its operation and payload), if any.
-fn host_call(case: &Case) -> Option<(&'static str, Vec<u8>)> {
-    match case.role {
-        Role::ContextAware => Some((
+/// The host calls a class makes (operation and payload), in order.
+fn host_calls(case: &Case, namespace: &str) -> Vec<(&'static str, Vec<u8>)> {
+    let list = || {
+        (
             "list_resources_all",
             namespace_baseline_policy::LIST_BASELINES_REQUEST
                 .as_bytes()
                 .to_vec(),
-        )),
-        Role::Holes => Some((
+        )
+    };
+    let get_namespace = || {
+        (
             "get_resource",
-            namespace_baseline_policy::get_namespace_request("team-a").expect("a request"),
-        )),
-        Role::SettingsGoal | Role::SettingsInfo => None,
+            namespace_baseline_policy::get_namespace_request(namespace).expect("a request"),
+        )
+    };
+    match case.role {
+        Role::ContextAware => vec![list()],
+        Role::Holes => vec![get_namespace()],
+        Role::Pods {
+            reads_namespace,
+            walls,
+        } => {
+            let mut calls = vec![list()];
+            if reads_namespace {
+                calls.push(get_namespace());
+            }
+            calls.extend(walls.iter().map(|name| {
+                (
+                    "get_resource",
+                    namespace_baseline_policy::get_network_policy_request(namespace, name)
+                        .expect("a request"),
+                )
+            }));
+            calls
+        }
+        Role::SettingsGoal | Role::SettingsInfo => Vec::new(),
     }
 }
 
@@ -186,7 +257,7 @@ struct Prepared {
     payload: Vec<u8>,
     cluster: Arc<Cluster>,
     native: NativeCluster,
-    host_call: Option<(&'static str, Vec<u8>)>,
+    host_calls: Vec<(&'static str, Vec<u8>)>,
 }
 
 fn prepare(case: &'static Case) -> Prepared {
@@ -214,7 +285,10 @@ fn prepare(case: &'static Case) -> Prepared {
             namespaces: Arc::clone(&cluster),
         },
         cluster,
-        host_call: host_call(case),
+        host_calls: host_calls(
+            case,
+            fixture.request["namespace"].as_str().unwrap_or("team-a"),
+        ),
     }
 }
 
@@ -258,21 +332,23 @@ fn time_batch(host: &mut PolicyHost, prepared: &Prepared, calls: usize) -> f64 {
     started.elapsed().as_nanos() as f64 / calls as f64
 }
 
-/// Per-call nanoseconds of the test host answering the class's host call `calls` times.
+/// Per-evaluation nanoseconds of the test host answering the class's host calls (all of
+/// them, as one evaluation makes them) `calls` times. A "not found" is an answer too.
 fn time_host(prepared: &Prepared, calls: usize) -> f64 {
-    let Some((operation, request)) = &prepared.host_call else {
+    if prepared.host_calls.is_empty() {
         return 0.0;
-    };
+    }
     let started = Instant::now();
     for _ in 0..calls {
-        host_answer(
-            &prepared.cluster,
-            "kubewarden",
-            "kubernetes",
-            operation,
-            request,
-        )
-        .expect("an answer");
+        for (operation, request) in &prepared.host_calls {
+            let _answer = host_answer(
+                &prepared.cluster,
+                "kubewarden",
+                "kubernetes",
+                operation,
+                request,
+            );
+        }
     }
     started.elapsed().as_nanos() as f64 / calls as f64
 }
@@ -381,10 +457,18 @@ fn main() {
         assert_eq!(accepted(&wasm.response), allowed, "{}", case.class);
         assert_eq!(
             wasm.capability_calls().count(),
-            usize::from(prepared.host_call.is_some()),
+            prepared.host_calls.len(),
             "{}",
             case.class
         );
+        if let Some(expected) = fixture.expect.host_calls {
+            assert_eq!(
+                expected,
+                prepared.host_calls.len(),
+                "{}: the fixture's host calls",
+                case.class
+            );
+        }
         let native = evaluate_in_host(&prepared.payload, &prepared.native).expect("a verdict");
         assert_eq!(native.is_allowed(), allowed, "{}", case.class);
         let floor = noop
@@ -474,7 +558,7 @@ fn main() {
         .expect("the settings-only pair");
     println!();
     println!(
-        "interleaved ({ROUNDS} rounds, every variant in turn, ~{} ms batches; medians over the rounds, ratios = medians of per-round ratios; host = the test host answering the host call, natively):",
+        "interleaved ({ROUNDS} rounds, every variant in turn, ~{} ms batches; medians over the rounds, ratios = medians of per-round ratios; host = the test host answering the host calls, natively):",
         BATCH_TARGET.as_millis()
     );
     println!(

@@ -13,6 +13,7 @@ impl From<&Fixture> for Cluster {
         Self {
             baselines: fixture.baselines.clone(),
             namespaces: fixture.namespaces.clone(),
+            network_policies: fixture.network_policies.clone(),
             host_error: fixture.host_error.clone(),
         }
     }

@@ -146,6 +146,9 @@ pub struct Cluster {
     pub baselines: Vec<Value>,
     /// The `Namespace` objects `get_resource` returns by name; another name is not found.
     pub namespaces: Vec<Value>,
+    /// The `NetworkPolicy` objects `get_resource` returns by namespace and name; another is
+    /// not found, as the policy-server says it.
+    pub network_policies: Vec<Value>,
     /// When set, every Kubernetes host capability fails with this message.
     pub host_error: Option<String>,
 }
@@ -269,7 +272,7 @@ fn host_callback(
         ("kubewarden", "tracing", "log") => (CallOutcome::Answered, Ok(Vec::new())),
         ("kubewarden", "kubernetes", operation @ ("list_resources_all" | "get_resource")) => {
             let answer = if operation == "get_resource" {
-                get_namespace(&state.cluster, &parsed)
+                get_resource(&state.cluster, &parsed)
             } else {
                 list_baselines(&state.cluster, &parsed)
             };
@@ -377,15 +380,60 @@ fn field_masks(
     }
 }
 
+/// `get_resource` of the two kinds the policy gets by name: a `v1` `Namespace` or a
+/// `networking.k8s.io/v1` `NetworkPolicy`.
+fn get_resource(cluster: &Cluster, request: &Value) -> std::result::Result<Vec<u8>, Refusal> {
+    let field = |name: &str| request.get(name).unwrap_or(&Value::Null);
+    match (field("api_version").as_str(), field("kind").as_str()) {
+        (Some("v1"), Some("Namespace")) => get_namespace(cluster, request),
+        (Some(NETWORK_POLICY_API_VERSION), Some(NETWORK_POLICY_KIND)) => {
+            get_network_policy(cluster, request)
+        }
+        _ => Err(Refusal::Unexpected(format!(
+            "unexpected host call kubewarden/kubernetes/get_resource for {request}: only v1 Namespace and {NETWORK_POLICY_API_VERSION} {NETWORK_POLICY_KIND} are expected"
+        ))),
+    }
+}
+
+/// What the policy looks a wall's part up as.
+pub const NETWORK_POLICY_API_VERSION: &str = "networking.k8s.io/v1";
+pub const NETWORK_POLICY_KIND: &str = "NetworkPolicy";
+
+/// `get_resource` of a NetworkPolicy: the cluster's NetworkPolicy of that namespace and name,
+/// pruned to the requested field masks, or not found in the policy-server's words
+/// (policy-evaluator's `get_resource`, wrapped by its callback: "Callback evaluation failure:
+/// Cannot find <apiVersion>/<kind> named '<name>' inside of namespace '<Some("ns")>'").
+fn get_network_policy(cluster: &Cluster, request: &Value) -> std::result::Result<Vec<u8>, Refusal> {
+    let field = |name: &str| request.get(name).unwrap_or(&Value::Null);
+    let (Some(namespace), Some(name)) = (field("namespace").as_str(), field("name").as_str())
+    else {
+        return Err(Refusal::Unexpected(format!(
+            "unexpected host call kubewarden/kubernetes/get_resource of a NetworkPolicy without a namespace and a name: {request}"
+        )));
+    };
+    let masks = field_masks("get_resource", request)?;
+    if let Some(message) = &cluster.host_error {
+        return Err(Refusal::Failed(message.clone()));
+    }
+    let Some(policy) = cluster.network_policies.iter().find(|policy| {
+        policy["metadata"]["namespace"] == namespace && policy["metadata"]["name"] == name
+    }) else {
+        return Err(Refusal::Failed(format!(
+            "Callback evaluation failure: Cannot find {NETWORK_POLICY_API_VERSION}/{NETWORK_POLICY_KIND} named '{name}' inside of namespace '{:?}'",
+            Some(namespace)
+        )));
+    };
+    let answer = match &masks {
+        Some(masks) => prune(policy, masks),
+        None => policy.clone(),
+    };
+    serde_json::to_vec(&answer).map_err(|error| Refusal::Failed(error.to_string()))
+}
+
 /// `get_resource` of a `v1` `Namespace`: the cluster's Namespace of that name, pruned to the
 /// requested field masks, or not found as the API server says it.
 fn get_namespace(cluster: &Cluster, request: &Value) -> std::result::Result<Vec<u8>, Refusal> {
     let field = |name: &str| request.get(name).unwrap_or(&Value::Null);
-    if field("api_version") != "v1" || field("kind") != "Namespace" {
-        return Err(Refusal::Unexpected(format!(
-            "unexpected host call kubewarden/kubernetes/get_resource for {request}: only v1 Namespace is expected"
-        )));
-    }
     if !field("namespace").is_null() {
         return Err(Refusal::Unexpected(format!(
             "unexpected host call kubewarden/kubernetes/get_resource with namespace {}: a Namespace is cluster-scoped",

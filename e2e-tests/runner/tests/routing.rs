@@ -136,17 +136,30 @@ fn the_policy_servers_role_allows_every_host_call_the_policy_makes() {
         (&get["api_version"], &get["kind"]),
         (&Value::from("v1"), &Value::from("Namespace"))
     );
+    let get_wall: Value = serde_json::from_slice(
+        &namespace_baseline_policy::get_network_policy_request("team-a", "nsb-a-default-deny")
+            .expect("encodable"),
+    )
+    .expect("the get request is JSON");
+    assert_eq!(
+        (&get_wall["api_version"], &get_wall["kind"]),
+        (
+            &Value::from("networking.k8s.io/v1"),
+            &Value::from("NetworkPolicy")
+        )
+    );
     for (group, resource, verb) in [
         ("hedronite.io", "namespacebaselines", "list"),
         ("hedronite.io", "namespacebaselines", "watch"),
         ("", "namespaces", "get"),
+        ("networking.k8s.io", "networkpolicies", "get"),
     ] {
         assert!(
             allows(role, group, resource, verb),
             "deploy/policy-server-rbac.yaml does not allow {verb} on {resource} ({group:?})"
         );
     }
-    // No wider than the reads: nothing but those two resources, and no write.
+    // No wider than the reads: no write.
     for rule in role["rules"].as_array().expect("rules") {
         for verb in rule["verbs"].as_array().expect("verbs") {
             assert!(
@@ -154,5 +167,50 @@ fn the_policy_servers_role_allows_every_host_call_the_policy_makes() {
                 "the policy-server's role may only read: {rule}"
             );
         }
+    }
+}
+
+/// The policy-server hands a policy only the kinds its `contextAwareResources` list (metadata.yml,
+/// and the ClusterAdmissionPolicy of deploy/): every kind the policy gets or lists is there.
+#[test]
+fn every_kind_the_policy_reads_is_a_context_aware_resource() {
+    let metadata = read_yaml("metadata.yml");
+    let policy = read_yaml("deploy/admission-policy.yaml");
+    let requests: Vec<Value> = [
+        namespace_baseline_policy::LIST_BASELINES_REQUEST
+            .as_bytes()
+            .to_vec(),
+        namespace_baseline_policy::get_namespace_request("team-a").expect("encodable"),
+        namespace_baseline_policy::get_network_policy_request("team-a", "nsb-a-default-deny")
+            .expect("encodable"),
+    ]
+    .iter()
+    .map(|request| serde_json::from_slice(request).expect("JSON"))
+    .collect();
+    for (file, resources) in [
+        ("metadata.yml", &metadata["contextAwareResources"]),
+        (
+            "deploy/admission-policy.yaml",
+            &policy["spec"]["contextAwareResources"],
+        ),
+    ] {
+        let listed: Vec<(&Value, &Value)> = resources
+            .as_array()
+            .unwrap_or_else(|| panic!("{file}: contextAwareResources missing"))
+            .iter()
+            .map(|resource| (&resource["apiVersion"], &resource["kind"]))
+            .collect();
+        for request in &requests {
+            let kind = (&request["api_version"], &request["kind"]);
+            assert!(
+                listed.contains(&kind),
+                "{file}: contextAwareResources lacks {kind:?}, which the policy reads"
+            );
+        }
+        assert_eq!(
+            listed.len(),
+            requests.len(),
+            "{file}: contextAwareResources lists a kind the policy never reads"
+        );
     }
 }
