@@ -41,6 +41,12 @@ pub const NAMESPACES: Kind = Kind {
     plural: "namespaces",
 };
 
+pub const NETWORK_POLICIES: Kind = Kind {
+    api_version: "networking.k8s.io/v1",
+    kind: "NetworkPolicy",
+    plural: "networkpolicies",
+};
+
 impl Kind {
     /// The URL path of the collection, in `namespace` when given.
     pub fn collection_path(&self, namespace: Option<&str>) -> String {
@@ -78,6 +84,11 @@ pub fn request_namespaces(request: &AdmissionRequest) -> Vec<String> {
     names
 }
 
+/// A Pod request (the only kind whose rule reads NetworkPolicies).
+fn is_pod(request: &AdmissionRequest) -> bool {
+    request.resource.group.is_empty() && request.resource.resource == "pods"
+}
+
 /// The [`Cluster`] the policy's host calls are answered from for `request`; a failed read
 /// becomes a [`Cluster::host_error`].
 pub async fn snapshot(client: &Client, request: &AdmissionRequest) -> Cluster {
@@ -104,6 +115,11 @@ async fn read(client: &Client, request: &AdmissionRequest) -> Result<Cluster> {
     Ok(Cluster {
         baselines: list(client, &BASELINES, None).await?,
         namespaces: get_each(client, &NAMESPACES, None, &request_namespaces(request)).await?,
+        // The pod rule looks the wall up by name in the pod's namespace (podsWaitForWall).
+        network_policies: match (&request.namespace, is_pod(request)) {
+            (Some(namespace), true) => list(client, &NETWORK_POLICIES, Some(namespace)).await?,
+            _ => Vec::new(),
+        },
         ..Cluster::default()
     })
 }

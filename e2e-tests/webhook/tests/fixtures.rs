@@ -1,7 +1,8 @@
 //! Every admission fixture through the stand-in's whole path, without a cluster: the
 //! fixture's request posted as an AdmissionReview body, its live objects served by a fake API
-//! server (its baselines as the NamespaceBaseline list, its namespaces by name, its host error
-//! as a failing API), the built `policy.wasm` evaluating, and the AdmissionReview answered.
+//! server (its baselines as the NamespaceBaseline list, its namespaces by name, its
+//! NetworkPolicies by namespace, its host error as a failing API), the built `policy.wasm`
+//! evaluating, and the AdmissionReview answered.
 //! Each must come back with the fixture's expected verdict, message and warnings, the uid
 //! echoed; a request policy-server could not read is a 400, never a verdict; settings the
 //! policy refuses stop the stand-in from starting, as they stop the policy-server.
@@ -52,6 +53,7 @@ fn admission_policy(settings: &Value, mode: &str) -> ClusterAdmissionPolicy {
 struct Live {
     baselines: Vec<Value>,
     namespaces: Vec<Value>,
+    network_policies: Vec<Value>,
     host_error: Option<String>,
 }
 
@@ -72,6 +74,21 @@ fn serve(live: &Live, path: &str) -> (u16, Value) {
             200,
             json!({"apiVersion": "hedronite.io/v1alpha1", "kind": "NamespaceBaselineList",
                    "metadata": {"resourceVersion": "1"}, "items": live.baselines}),
+        );
+    }
+    if let Some(namespace) = path
+        .strip_prefix("/apis/networking.k8s.io/v1/namespaces/")
+        .and_then(|rest| rest.strip_suffix("/networkpolicies"))
+    {
+        let items: Vec<&Value> = live
+            .network_policies
+            .iter()
+            .filter(|policy| policy["metadata"]["namespace"] == namespace)
+            .collect();
+        return (
+            200,
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicyList",
+                   "metadata": {"resourceVersion": "1"}, "items": items}),
         );
     }
     if let Some(name) = path.strip_prefix("/api/v1/namespaces/") {
@@ -191,6 +208,7 @@ async fn every_fixture_gets_its_verdict_through_the_stand_in() {
             *live.lock().unwrap() = Live {
                 baselines: fixture.baselines.clone(),
                 namespaces: fixture.namespaces.clone(),
+                network_policies: fixture.network_policies.clone(),
                 host_error: fixture.host_error.clone(),
             };
             let answer = policy.answer(&review_body(&fixture.request)).await;
