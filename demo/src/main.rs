@@ -1018,6 +1018,15 @@ impl HostCapabilities for LiveAnswers {
             .cloned()
             .ok_or_else(|| format!("the demo did not read namespace {name} beforehand"))
     }
+
+    /// The demo asks nothing of the pod rule (none of its requests creates a pod): a call
+    /// here is a question the demo did not prepare an answer for, and says so.
+    fn get_network_policy(&self, namespace: &str, name: &str) -> Result<Vec<u8>, String> {
+        self.calls.set(self.calls.get() + 1);
+        Err(format!(
+            "the demo did not read NetworkPolicy {namespace}/{name} beforehand"
+        ))
+    }
 }
 
 /// An AdmissionRequest for a NetworkPolicy, as kube-apiserver sends it.
