@@ -54,7 +54,7 @@ use kube::{Api, Client};
 use namespace_baseline_cluster_tests::flags::Flags;
 use namespace_baseline_cluster_tests::{
     AuditMark, Cluster, ENV_AUDIT_LOG, Scenario, deny_all_policy_name, dns_policy_name,
-    reconciler_username,
+    reconciler_username, wait_until_every,
 };
 use namespace_baseline_core::identity::{BASELINE_LABEL, baseline_label_value, managed_selector};
 use namespace_baseline_core::spec::NamespaceBaseline;
@@ -820,18 +820,17 @@ async fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
         .is_some()
 }
 
-/// Polls `check` (in memory: no request) every 2 ms until it yields a value.
+/// Polls `check` (in memory: no request) every 2 ms until it yields a value; `None` after
+/// `timeout` (a miss is a figure here, not an error).
 async fn wait_value<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check() {
-            return Some(value);
-        }
-        if started.elapsed() > timeout {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let every = Duration::from_millis(2);
+    wait_until_every("a value", timeout, every, || {
+        let value = check();
+        async move { Ok(value) }
+    })
+    .await
+    .ok()
+    .map(|(value, _)| value)
 }
 
 async fn create_namespaces(
