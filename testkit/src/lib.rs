@@ -1,7 +1,7 @@
 //! The test kit: what the cluster tests, the node tests, the cluster bench, the soak, the
 //! demo and `nsb-manifests` share, each idea once: reading manifests (YAML documents) and
 //! comparing them as objects ([`manifests`]), applying or creating them whatever their kind,
-//! found by discovery ([`apply`]), the API server's audit log ([`audit`]), kubeconfigs for a
+//! found by discovery ([`apply`]), labelled namespaces created many at once ([`namespaces`]), the API server's audit log ([`audit`]), kubeconfigs for a
 //! ServiceAccount and where a kubeconfig reaches the API server ([`kubeconfig`]), the
 //! reconciler as a local process probed over HTTP ([`process`]), the stand-in policy-server
 //! as a local process and the webhook configuration Kubewarden would register for the policy
@@ -16,6 +16,7 @@ pub mod audit;
 pub mod kubeconfig;
 pub mod kubewarden;
 pub mod manifests;
+pub mod namespaces;
 pub mod policy_server;
 pub mod process;
 

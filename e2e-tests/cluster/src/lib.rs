@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result, ensure};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::StreamExt;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -28,7 +28,7 @@ use kube::{Client, Config, ResourceExt};
 use namespace_baseline_core::identity::{self, RECONCILER_NAMESPACE, managed_selector};
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
 use namespace_baseline_testkit::apply::{Applier, wait_established};
-use namespace_baseline_testkit::kubeconfig;
+use namespace_baseline_testkit::{kubeconfig, namespaces};
 // What the tests, the bench and the soak use of the test kit, under the names they have
 // always imported from here.
 pub use namespace_baseline_testkit::audit::{
@@ -507,29 +507,7 @@ impl Scenario {
         names: &[String],
         labels: &BTreeMap<String, String>,
     ) -> Result<()> {
-        let api: Api<Namespace> = Api::all(self.admin.clone());
-        stream::iter(names.iter().cloned())
-            .map(|name| {
-                let api = api.clone();
-                let labels = labels.clone();
-                async move {
-                    let namespace = Namespace {
-                        metadata: kube::api::ObjectMeta {
-                            name: Some(name.clone()),
-                            labels: Some(labels),
-                            ..Default::default()
-                        },
-                        ..Default::default()
-                    };
-                    api.create(&PostParams::default(), &namespace)
-                        .await
-                        .with_context(|| format!("creating namespace {name}"))
-                }
-            })
-            .buffer_unordered(10)
-            .try_collect::<Vec<_>>()
-            .await?;
-        Ok(())
+        namespaces::create(&self.admin, names, labels, 10).await
     }
 
     /// The labels that put a namespace behind this scenario's baselines.

@@ -40,17 +40,15 @@ mod process;
 #[path = "cluster_bench/report.rs"]
 mod report;
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, Client};
 use namespace_baseline_cluster_tests::flags::Flags;
 use namespace_baseline_cluster_tests::{
     AuditMark, Cluster, ENV_AUDIT_LOG, Scenario, deny_all_policy_name, dns_policy_name,
@@ -58,6 +56,7 @@ use namespace_baseline_cluster_tests::{
 };
 use namespace_baseline_core::identity::{BASELINE_LABEL, baseline_label_value, managed_selector};
 use namespace_baseline_core::spec::NamespaceBaseline;
+use namespace_baseline_testkit::namespaces;
 use serde_json::json;
 
 const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50] [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
@@ -236,14 +235,14 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
     let mut rows = Vec::new();
 
     let started = Instant::now();
-    create_namespaces(
+    namespaces::create(
         &cluster.admin,
         &walled,
         &scenario.walled_labels(),
         options.create_concurrency,
     )
     .await?;
-    create_namespaces(
+    namespaces::create(
         &cluster.admin,
         &fresh,
         &scenario.other_labels(),
@@ -831,36 +830,6 @@ async fn wait_value<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) 
     .await
     .ok()
     .map(|(value, _)| value)
-}
-
-async fn create_namespaces(
-    client: &Client,
-    names: &[String],
-    labels: &BTreeMap<String, String>,
-    concurrency: usize,
-) -> Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    stream::iter(names.iter().cloned())
-        .map(|name| {
-            let api = api.clone();
-            let namespace = Namespace {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(name.clone()),
-                    labels: Some(labels.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            async move {
-                api.create(&PostParams::default(), &namespace)
-                    .await
-                    .with_context(|| format!("creating namespace {name}"))
-            }
-        })
-        .buffer_unordered(concurrency.max(1))
-        .try_collect::<Vec<_>>()
-        .await?;
-    Ok(())
 }
 
 async fn create_baseline(cluster: &Cluster, name: &str, scenario: &Scenario) -> Result<()> {
