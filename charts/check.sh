@@ -36,9 +36,9 @@ cd "$ROOT"
 nsb_say "helm (built from the Go module proxy on first use)"
 HELM="$("$ROOT/charts/install-helm.sh" | tail -n 1)"
 nsb_say "building nsb-manifests"
-# The test harness crate (no wasm host); its kube and tokio are the workspace's one feature
+# The test kit crate (testkit/) (no wasm host); its kube and tokio are the workspace's one feature
 # set, shared with the reconciler's build.
-"$CARGO" build --locked -q -p namespace-baseline-harness --bin nsb-manifests
+"$CARGO" build --locked -q -p namespace-baseline-testkit --bin nsb-manifests
 TARGET_DIR="$(nsb_target_dir)"
 MANIFESTS="$TARGET_DIR/debug/nsb-manifests"
 

@@ -31,10 +31,10 @@ use namespace_baseline_core::identity::{
     reconciler_username,
 };
 use namespace_baseline_core::spec::NamespaceBaseline;
-use namespace_baseline_harness::apply::Applier;
-use namespace_baseline_harness::manifests::{self, Manifest};
-use namespace_baseline_harness::process::{ReconcilerProcess, Spawn};
-use namespace_baseline_harness::{kubeconfig, wait_until};
+use namespace_baseline_testkit::apply::Applier;
+use namespace_baseline_testkit::manifests::{self, Manifest};
+use namespace_baseline_testkit::process::{ReconcilerProcess, Spawn};
+use namespace_baseline_testkit::{kubeconfig, wait_until};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -256,7 +256,7 @@ impl Demo {
     }
 
     fn say(&self, text: impl AsRef<str>) {
-        let stamp = namespace_baseline_harness::stamp(self.start);
+        let stamp = namespace_baseline_testkit::stamp(self.start);
         println!("{stamp} {}", text.as_ref());
     }
 
@@ -542,28 +542,25 @@ impl Demo {
     /// Waits for a Ready status of the current generation covering `namespaces`.
     async fn wait_status(&self, namespaces: u32) -> Result<()> {
         let api: Api<NamespaceBaseline> = Api::all(self.admin.clone());
-        let started = Instant::now();
-        loop {
-            let baseline = api.get(BASELINE).await?;
-            if let Some(status) = &baseline.status {
-                let ready = status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                if ready
-                    && status.namespaces == namespaces
-                    && status.observed_generation == baseline.metadata.generation
-                {
-                    return Ok(());
-                }
-            }
-            ensure!(
-                started.elapsed() < STEP_TIMEOUT,
-                "status of {BASELINE} not Ready with {namespaces} namespaces: {:?}",
-                baseline.status
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until(
+            &format!("{BASELINE} to be Ready with {namespaces} namespaces"),
+            STEP_TIMEOUT,
+            || async {
+                let baseline = api.get(BASELINE).await?;
+                let done = baseline.status.as_ref().is_some_and(|status| {
+                    status
+                        .conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                        && status.namespaces == namespaces
+                        && status.observed_generation == baseline.metadata.generation
+                });
+                ensure!(done, "status: {:?}", baseline.status);
+                Ok(Some(()))
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     /// `kubectl get nsb -o wide`, the conditions, and the Events not shown yet.

@@ -13,16 +13,16 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use namespace_baseline_harness::kubeconfig;
-use namespace_baseline_harness::kubewarden::{
+use namespace_baseline_testkit::kubeconfig;
+use namespace_baseline_testkit::kubewarden::{
     self, CONTROLLER_NAMESPACE, ClusterAdmissionPolicy, POLICY_SERVER_SERVICE_ACCOUNT,
 };
-use namespace_baseline_harness::policy_server::{PolicyServerProcess, Spawn};
+use namespace_baseline_testkit::policy_server::{PolicyServerProcess, Spawn};
 use serde_json::json;
 
 use crate::{Cluster, TEST_MANAGER, read_yaml_documents, repo_root};
 
-pub use namespace_baseline_harness::policy_server::ENV_WEBHOOK_BIN;
+pub use namespace_baseline_testkit::policy_server::ENV_WEBHOOK_BIN;
 
 /// The ClusterAdmissionPolicy the chain runs.
 pub fn admission_policy_path() -> PathBuf {

@@ -9,14 +9,12 @@
 //! kills them when they go out of scope.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context as _, Result, bail, ensure};
-use base64::Engine as _;
-use futures::{StreamExt, TryStreamExt, stream};
+use anyhow::{Context as _, Result, ensure};
+use futures::StreamExt;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -25,18 +23,23 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::GroupVersionKind;
-use kube::discovery::{Scope, pinned_kind};
 use kube::runtime::watcher;
 use kube::{Client, Config, ResourceExt};
 use namespace_baseline_core::identity::{self, RECONCILER_NAMESPACE, managed_selector};
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
-use namespace_baseline_harness::apply::wait_established;
-use namespace_baseline_harness::kubeconfig;
-pub use namespace_baseline_harness::process::{Metrics, free_port};
-use namespace_baseline_harness::process::{ReconcilerProcess, Spawn};
-pub use namespace_baseline_harness::{http_get, wait_until};
-use serde::Deserialize;
+use namespace_baseline_testkit::apply::{Applier, wait_established};
+use namespace_baseline_testkit::{kubeconfig, namespaces};
+// What the tests, the bench and the soak use of the test kit, under the names they have
+// always imported from here.
+pub use namespace_baseline_testkit::audit::{
+    Audit, AuditEvent, AuditMark, AuditUser, ENV_AUDIT_LOG, ENV_SKIP_AUDIT, ObjectRef,
+    ResponseStatus, forbidden, tally,
+};
+pub use namespace_baseline_testkit::kubeconfig::Endpoint;
+pub use namespace_baseline_testkit::manifests::read_yaml_documents;
+pub use namespace_baseline_testkit::process::{Metrics, free_port};
+use namespace_baseline_testkit::process::{ReconcilerProcess, Spawn};
+pub use namespace_baseline_testkit::{http_get, wait_until, wait_until_every};
 use serde_json::{Value, json};
 
 pub use namespace_baseline_core::identity::{FIELD_MANAGER, deny_all_policy_name, dns_policy_name};
@@ -50,20 +53,8 @@ pub mod window;
 
 pub use window::Window;
 
-/// Where a client reaches the API server: its URL and certificate authority (PEM).
-#[derive(Debug, Clone)]
-pub struct Endpoint {
-    pub server: String,
-    pub ca_pem: String,
-}
-
 /// The admin kubeconfig of the cluster under test.
 pub const ENV_KUBECONFIG: &str = "TEST_KUBECONFIG";
-/// The API server's JSON audit log (Metadata level, one event per request).
-pub const ENV_AUDIT_LOG: &str = "NSB_AUDIT_LOG";
-/// `1`: run against a cluster whose audit log is out of reach, skipping (loudly) the
-/// assertions that need it.
-pub const ENV_SKIP_AUDIT: &str = "NSB_SKIP_AUDIT";
 /// The reconciler binary (`cargo build -p namespace-baseline-reconciler`).
 pub const ENV_RECONCILER_BIN: &str = "NSB_RECONCILER_BIN";
 
@@ -141,6 +132,8 @@ fn run_id() -> String {
 pub struct Cluster {
     pub admin: Client,
     admin_kubeconfig: Kubeconfig,
+    /// Applies and creates objects as admin, under [`TEST_MANAGER`].
+    applier: Applier,
     pub audit: Audit,
     run: String,
     work_dir: PathBuf,
@@ -165,9 +158,15 @@ impl Cluster {
         let run = run_id();
         let work_dir = std::env::temp_dir().join(format!("nsb-cluster-tests-{run}"));
         std::fs::create_dir_all(&work_dir)?;
+        // The API server's default field validation (a warning), as these tests always had.
+        let applier = Applier {
+            strict: false,
+            ..Applier::new(admin.clone(), TEST_MANAGER)
+        };
         let cluster = Self {
             admin,
             admin_kubeconfig,
+            applier,
             audit: Audit::from_env(),
             run,
             work_dir,
@@ -246,51 +245,16 @@ impl Cluster {
         Ok(())
     }
 
-    /// Server-side applies one object given as JSON (any kind, discovered).
+    /// Server-side applies one object given as JSON (any kind, discovered), forced, as
+    /// [`TEST_MANAGER`].
     pub async fn apply(&self, object: &Value) -> Result<DynamicObject> {
-        let (api, name) = self.dynamic_api(object).await?;
-        api.patch(
-            &name,
-            &PatchParams::apply(TEST_MANAGER).force(),
-            &Patch::Apply(object),
-        )
-        .await
-        .with_context(|| format!("server-side apply of {} {name}", object["kind"]))
+        self.applier.apply_object(object).await
     }
 
     /// Creates one object given as JSON (any kind): the API server's verdict, unchanged (a
     /// discovery failure comes back as `kube::Error::Service`).
     pub async fn create(&self, object: &Value) -> Result<DynamicObject, kube::Error> {
-        let (api, _) = self
-            .dynamic_api(object)
-            .await
-            .map_err(|error| kube::Error::Service(error.into()))?;
-        let object: DynamicObject =
-            serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
-        api.create(&PostParams::default(), &object).await
-    }
-
-    async fn dynamic_api(&self, object: &Value) -> Result<(Api<DynamicObject>, String)> {
-        let api_version = object["apiVersion"].as_str().context("no apiVersion")?;
-        let kind = object["kind"].as_str().context("no kind")?;
-        let name = object["metadata"]["name"]
-            .as_str()
-            .context("no metadata.name")?;
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (resource, capabilities) = pinned_kind(&self.admin, &gvk)
-            .await
-            .with_context(|| format!("discovering {api_version} {kind}"))?;
-        let api = match capabilities.scope {
-            Scope::Cluster => Api::all_with(self.admin.clone(), &resource),
-            Scope::Namespaced => {
-                let namespace = object["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("default");
-                Api::namespaced_with(self.admin.clone(), namespace, &resource)
-            }
-        };
-        Ok((api, name.to_owned()))
+        self.applier.create(object).await
     }
 
     /// Deletes every NamespaceBaseline, removing finalizers no reconciler is left to honour.
@@ -400,24 +364,7 @@ impl Cluster {
     /// Where the admin kubeconfig reaches the API server: its URL and CA (PEM), e.g. for a
     /// proxy to forward to.
     pub fn api_server(&self) -> Result<Endpoint> {
-        let cluster = self.admin_cluster()?;
-        let server = cluster
-            .server
-            .clone()
-            .context("admin kubeconfig: cluster without a server")?;
-        let ca_pem = if let Some(data) = &cluster.certificate_authority_data {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(data.trim())
-                .context("admin kubeconfig: certificate-authority-data is not base64")?;
-            String::from_utf8(bytes).context("admin kubeconfig: CA data is not PEM")?
-        } else if let Some(path) = &cluster.certificate_authority {
-            std::fs::read_to_string(path).with_context(|| {
-                format!("admin kubeconfig: reading certificate-authority {path}")
-            })?
-        } else {
-            bail!("admin kubeconfig: the cluster has no certificate authority")
-        };
-        Ok(Endpoint { server, ca_pem })
+        kubeconfig::endpoint(&self.admin_kubeconfig).context("admin kubeconfig")
     }
 
     fn admin_cluster(&self) -> Result<&kube::config::Cluster> {
@@ -536,11 +483,6 @@ async fn client_from(kubeconfig: Kubeconfig) -> Result<Client> {
     )?)
 }
 
-/// Every YAML document of a file, as JSON (empty documents skipped).
-pub fn read_yaml_documents(path: &Path) -> Result<Vec<Value>> {
-    Ok(namespace_baseline_formats::yaml::read_documents(path)?)
-}
-
 /// One scenario's names: its baseline names, namespaces and label.
 pub struct Scenario {
     /// Prefix of every name in the scenario (also the first baseline's name).
@@ -567,29 +509,7 @@ impl Scenario {
         names: &[String],
         labels: &BTreeMap<String, String>,
     ) -> Result<()> {
-        let api: Api<Namespace> = Api::all(self.admin.clone());
-        stream::iter(names.iter().cloned())
-            .map(|name| {
-                let api = api.clone();
-                let labels = labels.clone();
-                async move {
-                    let namespace = Namespace {
-                        metadata: kube::api::ObjectMeta {
-                            name: Some(name.clone()),
-                            labels: Some(labels),
-                            ..Default::default()
-                        },
-                        ..Default::default()
-                    };
-                    api.create(&PostParams::default(), &namespace)
-                        .await
-                        .with_context(|| format!("creating namespace {name}"))
-                }
-            })
-            .buffer_unordered(10)
-            .try_collect::<Vec<_>>()
-            .await?;
-        Ok(())
+        namespaces::create(&self.admin, names, labels, 10).await
     }
 
     /// The labels that put a namespace behind this scenario's baselines.
@@ -832,247 +752,9 @@ impl Reconciler {
     }
 }
 
-/// The API server's audit log, read from byte offsets.
-pub struct Audit {
-    path: Option<PathBuf>,
-    skip: bool,
-}
-
-/// A position in the audit log: events after it are the ones counted.
-#[derive(Debug, Clone, Copy)]
-pub struct AuditMark(u64);
-
-/// One request, as the audit log tells it (Metadata level).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AuditEvent {
-    #[serde(rename = "auditID")]
-    pub audit_id: String,
-    pub stage: String,
-    pub verb: String,
-    pub user: AuditUser,
-    #[serde(default)]
-    pub user_agent: String,
-    #[serde(default)]
-    pub object_ref: Option<ObjectRef>,
-    #[serde(default)]
-    pub response_status: Option<ResponseStatus>,
-    #[serde(rename = "requestURI", default)]
-    pub request_uri: String,
-    /// When the API server received the request (microseconds, RFC 3339).
-    #[serde(default)]
-    pub request_received_timestamp: Option<String>,
-    /// When this stage (`ResponseComplete`: the answer was sent) was reached.
-    #[serde(default)]
-    pub stage_timestamp: Option<String>,
-    /// The response body, at audit level `RequestResponse` (the control plane logs Leases
-    /// so).
-    #[serde(default)]
-    pub response_object: Option<Value>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct AuditUser {
-    #[serde(default)]
-    pub username: String,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObjectRef {
-    #[serde(default)]
-    pub resource: String,
-    #[serde(default)]
-    pub namespace: Option<String>,
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub subresource: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct ResponseStatus {
-    #[serde(default)]
-    pub code: Option<u16>,
-}
-
-impl AuditEvent {
-    pub fn resource(&self) -> &str {
-        self.object_ref.as_ref().map_or("", |r| r.resource.as_str())
-    }
-
-    pub fn subresource(&self) -> Option<&str> {
-        self.object_ref
-            .as_ref()
-            .and_then(|r| r.subresource.as_deref())
-    }
-
-    pub fn code(&self) -> Option<u16> {
-        self.response_status.as_ref().and_then(|s| s.code)
-    }
-
-    pub fn is_write(&self) -> bool {
-        matches!(
-            self.verb.as_str(),
-            "create" | "update" | "patch" | "delete" | "deletecollection"
-        )
-    }
-
-    /// `verb resource[/subresource] namespace/name -> code`, for reports.
-    pub fn describe(&self) -> String {
-        let object = self.object_ref.clone().unwrap_or_default();
-        let subresource = object
-            .subresource
-            .map(|s| format!("/{s}"))
-            .unwrap_or_default();
-        format!(
-            "{} {}{subresource} {}/{} -> {}",
-            self.verb,
-            object.resource,
-            object.namespace.unwrap_or_default(),
-            object.name.unwrap_or_default(),
-            self.code()
-                .map_or_else(|| "?".to_owned(), |c| c.to_string())
-        )
-    }
-}
-
-impl Audit {
-    fn from_env() -> Self {
-        Self {
-            path: std::env::var_os(ENV_AUDIT_LOG).map(PathBuf::from),
-            skip: std::env::var(ENV_SKIP_AUDIT).is_ok_and(|v| v == "1"),
-        }
-    }
-
-    pub fn mark(&self) -> AuditMark {
-        AuditMark(
-            self.path
-                .as_ref()
-                .and_then(|path| std::fs::metadata(path).ok())
-                .map_or(0, |meta| meta.len()),
-        )
-    }
-
-    /// The requests made by `username` after `mark`, one per audit ID (a watch logs two
-    /// stages). `None` only when the audit log is unavailable and `NSB_SKIP_AUDIT=1` says
-    /// that is fine; otherwise a missing audit log fails the test.
-    pub fn requests_since(&self, mark: AuditMark, username: &str) -> Option<Vec<AuditEvent>> {
-        self.requests_where(mark, |event| event.user.username == username)
-    }
-
-    /// Every request after `mark`, whoever made it (see [`Self::requests_since`]).
-    pub fn all_requests_since(&self, mark: AuditMark) -> Option<Vec<AuditEvent>> {
-        self.requests_where(mark, |_| true)
-    }
-
-    /// The requests logged between two marks (`to` excluded), one per audit ID.
-    pub fn requests_between(&self, from: AuditMark, to: AuditMark) -> Option<Vec<AuditEvent>> {
-        let lines = self.lines_since(from)?;
-        Some(one_per_request(
-            lines
-                .into_iter()
-                .filter(|(end, _)| *end <= to.0)
-                .map(|(_, event)| event),
-        ))
-    }
-
-    /// Every complete line after `mark` that reads as an event, with the offset of its end.
-    /// `None` only when the audit log is unavailable and `NSB_SKIP_AUDIT=1` says that is
-    /// fine; otherwise a missing audit log fails the test.
-    fn lines_since(&self, mark: AuditMark) -> Option<Vec<(u64, AuditEvent)>> {
-        let Some(path) = self.path.as_ref().filter(|path| path.exists()) else {
-            assert!(
-                self.skip,
-                "no audit log: this assertion counts API requests in the API server's audit log; set {ENV_AUDIT_LOG} to it (e2e-tests/cluster-tests.sh does), or set {ENV_SKIP_AUDIT}=1 to skip audit-based assertions on a cluster without one"
-            );
-            eprintln!(
-                "!! SKIPPED audit-based assertion ({ENV_SKIP_AUDIT}=1): request counts NOT verified"
-            );
-            return None;
-        };
-        let mut file = std::fs::File::open(path).expect("opening the audit log");
-        file.seek(SeekFrom::Start(mark.0))
-            .expect("seeking in the audit log");
-        let mut text = String::new();
-        file.read_to_string(&mut text)
-            .expect("reading the audit log");
-        let mut lines = Vec::new();
-        let mut offset = mark.0;
-        // Only complete lines: the API server may be writing the last one.
-        for line in text
-            .split_inclusive('\n')
-            .filter(|line| line.ends_with('\n'))
-        {
-            offset += line.len() as u64;
-            if let Ok(event) = serde_json::from_str::<AuditEvent>(line) {
-                lines.push((offset, event));
-            }
-        }
-        Some(lines)
-    }
-
-    fn requests_where(
-        &self,
-        mark: AuditMark,
-        keep: impl Fn(&AuditEvent) -> bool,
-    ) -> Option<Vec<AuditEvent>> {
-        let lines = self.lines_since(mark)?;
-        Some(one_per_request(
-            lines.into_iter().map(|(_, event)| event).filter(keep),
-        ))
-    }
-}
-
-/// One event per audit ID (a request logs a stage each), in the order they were first seen;
-/// the `ResponseComplete` stage when there is one.
-fn one_per_request(events: impl Iterator<Item = AuditEvent>) -> Vec<AuditEvent> {
-    let mut by_id: BTreeMap<String, AuditEvent> = BTreeMap::new();
-    let mut order = Vec::new();
-    for event in events {
-        match by_id.get_mut(&event.audit_id) {
-            Some(existing) => {
-                if event.stage == "ResponseComplete" {
-                    *existing = event;
-                }
-            }
-            None => {
-                order.push(event.audit_id.clone());
-                by_id.insert(event.audit_id.clone(), event);
-            }
-        }
-    }
-    order
-        .into_iter()
-        .filter_map(|id| by_id.remove(&id))
-        .collect()
-}
-
 /// The reconciler ServiceAccount's username.
 pub fn reconciler_username() -> String {
     identity::reconciler_username()
-}
-
-/// Counts of requests by `verb resource[/subresource]`, for reports.
-pub fn tally(events: &[AuditEvent]) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    for event in events {
-        let key = match event.subresource() {
-            Some(sub) => format!("{} {}/{sub}", event.verb, event.resource()),
-            None => format!("{} {}", event.verb, event.resource()),
-        };
-        *counts.entry(key).or_insert(0) += 1;
-    }
-    counts
-}
-
-/// Requests that were refused for lack of permission (403): the RBAC was not enough.
-pub fn forbidden(events: &[AuditEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter(|event| event.code() == Some(403))
-        .map(AuditEvent::describe)
-        .collect()
 }
 
 /// Asks the API server whether the client's identity may do `verb` on `resource`.

@@ -48,18 +48,6 @@ struct Marker {
     answered: Timestamp,
 }
 
-impl AuditEvent {
-    /// When the API server received the request.
-    pub fn received_at(&self) -> Option<Timestamp> {
-        self.request_received_timestamp.as_deref()?.parse().ok()
-    }
-
-    /// When this event's stage was reached (for `ResponseComplete`, the answer was sent).
-    pub fn stage_at(&self) -> Option<Timestamp> {
-        self.stage_timestamp.as_deref()?.parse().ok()
-    }
-}
-
 fn between(earlier: Timestamp, later: Timestamp) -> Duration {
     Duration::try_from(later.duration_since(earlier)).unwrap_or_default()
 }
@@ -86,7 +74,7 @@ impl Cluster {
                     (event.stage == "ResponseComplete" && event.request_uri.contains(name))
                         .then(|| {
                             Some(Marker {
-                                end: AuditMark(end),
+                                end,
                                 received: event.received_at()?,
                                 answered: event.stage_at()?,
                             })

@@ -11,7 +11,7 @@
 //! - [`tls`], [`server`]: the serving certificate and the HTTPS routes.
 //!
 //! The binary is `nsb-policy-server`; the tests spawn it and register it with
-//! `namespace_baseline_harness::kubewarden` (which renders the webhook configuration the way
+//! `namespace_baseline_testkit::kubewarden` (which renders the webhook configuration the way
 //! Kubewarden's controller does), so that they never compile wasmtime themselves.
 
 pub mod context;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
-use namespace_baseline_harness::kubewarden::ClusterAdmissionPolicy;
+use namespace_baseline_testkit::kubewarden::ClusterAdmissionPolicy;
 use namespace_baseline_webhook::{policy::Policy, server, tls};
 use tokio_rustls::TlsAcceptor;
 

@@ -12,7 +12,7 @@ use kube::Client;
 use namespace_baseline_e2e::{
     Cluster, DEFAULT_TIMEOUT, Evaluation, PolicyHost, ValidationResponse,
 };
-use namespace_baseline_harness::kubewarden::{ClusterAdmissionPolicy, Mode};
+use namespace_baseline_testkit::kubewarden::{ClusterAdmissionPolicy, Mode};
 use serde_json::Value;
 use tokio::sync::oneshot;
 

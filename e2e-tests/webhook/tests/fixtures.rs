@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use http_body_util::Full;
 use namespace_baseline_formats::fixture::{self, Fixture};
-use namespace_baseline_harness::kubewarden::ClusterAdmissionPolicy;
+use namespace_baseline_testkit::kubewarden::ClusterAdmissionPolicy;
 use namespace_baseline_webhook::policy::Policy;
 use namespace_baseline_webhook::review::BadReview;
 use serde_json::{Value, json};

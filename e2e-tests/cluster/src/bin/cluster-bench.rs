@@ -40,24 +40,23 @@ mod process;
 #[path = "cluster_bench/report.rs"]
 mod report;
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, Client};
 use namespace_baseline_cluster_tests::flags::Flags;
 use namespace_baseline_cluster_tests::{
     AuditMark, Cluster, ENV_AUDIT_LOG, Scenario, deny_all_policy_name, dns_policy_name,
-    reconciler_username,
+    reconciler_username, wait_until_every,
 };
 use namespace_baseline_core::identity::{BASELINE_LABEL, baseline_label_value, managed_selector};
 use namespace_baseline_core::spec::NamespaceBaseline;
+use namespace_baseline_testkit::namespaces;
 use serde_json::json;
 
 const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50] [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
@@ -236,14 +235,14 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
     let mut rows = Vec::new();
 
     let started = Instant::now();
-    create_namespaces(
+    namespaces::create(
         &cluster.admin,
         &walled,
         &scenario.walled_labels(),
         options.create_concurrency,
     )
     .await?;
-    create_namespaces(
+    namespaces::create(
         &cluster.admin,
         &fresh,
         &scenario.other_labels(),
@@ -820,48 +819,17 @@ async fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
         .is_some()
 }
 
-/// Polls `check` (in memory: no request) every 2 ms until it yields a value.
+/// Polls `check` (in memory: no request) every 2 ms until it yields a value; `None` after
+/// `timeout` (a miss is a figure here, not an error).
 async fn wait_value<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check() {
-            return Some(value);
-        }
-        if started.elapsed() > timeout {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-async fn create_namespaces(
-    client: &Client,
-    names: &[String],
-    labels: &BTreeMap<String, String>,
-    concurrency: usize,
-) -> Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    stream::iter(names.iter().cloned())
-        .map(|name| {
-            let api = api.clone();
-            let namespace = Namespace {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(name.clone()),
-                    labels: Some(labels.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            async move {
-                api.create(&PostParams::default(), &namespace)
-                    .await
-                    .with_context(|| format!("creating namespace {name}"))
-            }
-        })
-        .buffer_unordered(concurrency.max(1))
-        .try_collect::<Vec<_>>()
-        .await?;
-    Ok(())
+    let every = Duration::from_millis(2);
+    wait_until_every("a value", timeout, every, || {
+        let value = check();
+        async move { Ok(value) }
+    })
+    .await
+    .ok()
+    .map(|(value, _)| value)
 }
 
 async fn create_baseline(cluster: &Cluster, name: &str, scenario: &Scenario) -> Result<()> {

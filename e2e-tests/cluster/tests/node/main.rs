@@ -22,9 +22,11 @@ mod n5_delete;
 mod n6_holes;
 mod pods;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use namespace_baseline_cluster_tests::{Cluster, Reconciler, Scenario, wait_until};
+use namespace_baseline_cluster_tests::{
+    Cluster, Reconciler, Scenario, wait_until, wait_until_every,
+};
 use serde_json::json;
 
 use crate::pods::{Node, Probe, TestPod, no_labels, start_pod};
@@ -64,18 +66,18 @@ pub async fn wait_wire(
     blocked: bool,
     mut probe: impl FnMut() -> anyhow::Result<Probe>,
 ) -> Duration {
-    let started = Instant::now();
-    loop {
+    let (_, took) = wait_until_every(what, timeout, Duration::from_millis(100), || {
         let seen = probe().unwrap_or_else(|error| panic!("{what}: {error:#}"));
-        if seen.blocked() == blocked && (blocked || seen.passed()) {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "{what}: still {seen} after {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let result = if seen.blocked() == blocked && (blocked || seen.passed()) {
+            Ok(Some(()))
+        } else {
+            Err(anyhow::anyhow!("still {seen}"))
+        };
+        async move { result }
+    })
+    .await
+    .unwrap_or_else(|error| panic!("{what}: {error:#}"));
+    took
 }
 
 impl Bed {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
@@ -307,8 +307,11 @@ impl Watch {
         settle: Duration,
         timeout: Duration,
     ) -> Result<u128> {
-        let started = std::time::Instant::now();
-        loop {
+        let what = format!(
+            "the path to become {}",
+            if open { "open" } else { "blocked" }
+        );
+        let (first, _) = wait_until(&what, timeout, || {
             // Only probes old enough to have a result for sure.
             let horizon = now_us().saturating_sub(self.timeout.as_micros() + 100_000);
             let probes: Vec<(u128, bool)> = self
@@ -321,23 +324,23 @@ impl Watch {
                 .rposition(|(_, passed)| *passed != open)
                 .map_or(0, |i| i + 1);
             let run = &probes[run_start..];
-            if run.len() >= 3
+            let settled = run.len() >= 3
                 && run
                     .first()
-                    .is_some_and(|(at, _)| horizon.saturating_sub(*at) >= settle.as_micros())
-            {
-                return Ok(run[0].0);
-            }
-            if started.elapsed() > timeout {
-                bail!(
-                    "the path did not become {} within {timeout:?} ({} probes since, {} through)",
-                    if open { "open" } else { "blocked" },
+                    .is_some_and(|(at, _)| horizon.saturating_sub(*at) >= settle.as_micros());
+            let result = if settled {
+                Ok(Some(run[0].0))
+            } else {
+                Err(anyhow::anyhow!(
+                    "{} probes since, {} through",
                     probes.len(),
                     probes.iter().filter(|(_, passed)| *passed).count()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                ))
+            };
+            async move { result }
+        })
+        .await?;
+        Ok(first)
     }
 }
 

@@ -29,6 +29,14 @@ pub fn read(path: &Path) -> Result<Vec<Manifest>> {
     parse(&text, path)
 }
 
+/// The objects of [`read`], without their source: what a test applies or inspects.
+pub fn read_yaml_documents(path: &Path) -> Result<Vec<Value>> {
+    Ok(read(path)?
+        .into_iter()
+        .map(|manifest| manifest.object)
+        .collect())
+}
+
 /// Every non-empty YAML document of `text`; `source` names it in messages.
 pub fn parse(text: &str, source: &Path) -> Result<Vec<Manifest>> {
     let documents = yaml::documents(text).with_context(|| format!("{}", source.display()))?;

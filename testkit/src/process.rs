@@ -57,6 +57,21 @@ pub fn log_tail(log: &Path, lines: usize) -> String {
     out
 }
 
+/// Starts `command` (a test's program: the reconciler, the stand-in policy-server) against
+/// the cluster of `kubeconfig` (never the in-cluster one), its stdout and stderr appended to
+/// the file `log` (created), with no stdin.
+pub fn spawn_logged(command: &mut Command, kubeconfig: &Path, log: &Path) -> Result<Child> {
+    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    command
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .with_context(|| format!("starting {}", command.get_program().to_string_lossy()))
+}
+
 /// A free port on 127.0.0.1 (bound, then released for the child to bind).
 pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -65,22 +80,17 @@ pub fn free_port() -> Result<u16> {
 impl ReconcilerProcess {
     pub fn spawn(spawn: Spawn<'_>) -> Result<Self> {
         let port = free_port()?;
-        let file = std::fs::File::create(&spawn.log)
-            .with_context(|| format!("creating {}", spawn.log.display()))?;
-        let child = Command::new(spawn.binary)
-            .arg("run")
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .args(spawn.args)
-            .env("KUBECONFIG", spawn.kubeconfig)
-            .env("POD_NAME", spawn.instance)
-            .env("POD_NAMESPACE", RECONCILER_NAMESPACE)
-            .env("RUST_LOG", spawn.rust_log)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {}", spawn.binary.display()))?;
+        let child = spawn_logged(
+            Command::new(spawn.binary)
+                .arg("run")
+                .arg(format!("--listen=127.0.0.1:{port}"))
+                .args(spawn.args)
+                .env("POD_NAME", spawn.instance)
+                .env("POD_NAMESPACE", RECONCILER_NAMESPACE)
+                .env("RUST_LOG", spawn.rust_log),
+            spawn.kubeconfig,
+            &spawn.log,
+        )?;
         Ok(Self {
             child: Some(child),
             instance: spawn.instance.to_owned(),

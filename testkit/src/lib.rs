@@ -1,17 +1,22 @@
-//! What the demo, `nsb-manifests` and the cluster tests share: reading manifests, comparing
-//! them as objects, applying them to a cluster with server-side apply whatever their kind,
-//! kubeconfigs for a ServiceAccount, the reconciler as a local process probed over HTTP, the
-//! stand-in policy-server as a local process and the webhook configuration Kubewarden would
-//! register for the policy ([`kubewarden`]), and one way to wait for a condition
-//! ([`wait_until`]).
+//! The test kit: what the cluster tests, the node tests, the cluster bench, the soak, the
+//! demo and `nsb-manifests` share, each idea once: reading manifests (YAML documents) and
+//! comparing them as objects ([`manifests`]), applying or creating them whatever their kind,
+//! found by discovery ([`apply`]), labelled namespaces created many at once ([`namespaces`]), the API server's audit log ([`audit`]), kubeconfigs for a
+//! ServiceAccount and where a kubeconfig reaches the API server ([`kubeconfig`]), the
+//! reconciler as a local process probed over HTTP ([`process`]), the stand-in policy-server
+//! as a local process and the webhook configuration Kubewarden would register for the policy
+//! ([`policy_server`], [`kubewarden`]), and one way to wait for a condition ([`wait_until`]).
+//! No wasm host: the stand-in policy-server is spawned as a binary.
 //!
 //! The control plane itself is started by `e2e-tests/control-plane/start.sh` (the demo's and
 //! the cluster tests' scripts call it); this crate reaches it through a kubeconfig.
 
 pub mod apply;
+pub mod audit;
 pub mod kubeconfig;
 pub mod kubewarden;
 pub mod manifests;
+pub mod namespaces;
 pub mod policy_server;
 pub mod process;
 
@@ -32,11 +37,22 @@ pub const POLL_EVERY: Duration = Duration::from_millis(50);
 
 /// Checks `check` every [`POLL_EVERY`] until it yields `Some`, or fails after `timeout` with
 /// the last error seen (an `Err` from `check` means "not yet", and is kept for the message).
-/// Returns the value and the time it took. The one way the harness, the cluster tests and the
-/// demo wait for something to happen: never a bare sleep.
-pub async fn wait_until<T, F, Fut>(
+/// Returns the value and the time it took. The one way the test kit, the cluster and node
+/// tests, the bench and the demo wait for something to happen: never a bare sleep.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, check: F) -> Result<(T, Duration)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    wait_until_every(what, timeout, POLL_EVERY, check).await
+}
+
+/// [`wait_until`], checking every `every` (a check that only reads memory may poll faster;
+/// one that sends a packet, slower).
+pub async fn wait_until_every<T, F, Fut>(
     what: &str,
     timeout: Duration,
+    every: Duration,
     mut check: F,
 ) -> Result<(T, Duration)>
 where
@@ -56,7 +72,7 @@ where
                 last_error.map_or_else(String::new, |error| format!(" (last error: {error:#})"));
             bail!("timed out after {timeout:?} waiting for {what}{detail}");
         }
-        tokio::time::sleep(POLL_EVERY).await;
+        tokio::time::sleep(every).await;
     }
 }
 

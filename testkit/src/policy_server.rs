@@ -5,12 +5,12 @@
 //! serves. Dropping it kills it; a panicking test prints the tail of its log.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 
-use crate::process::{free_port, log_tail};
+use crate::process::{free_port, log_tail, spawn_logged};
 use crate::wait_until;
 
 /// The stand-in binary (`cargo build -p namespace-baseline-webhook`).
@@ -66,23 +66,18 @@ impl PolicyServerProcess {
         let port = free_port()?;
         let log = spawn.work_dir.join(format!("policy-server-{port}.log"));
         let ca_file = spawn.work_dir.join(format!("policy-server-{port}.ca.crt"));
-        let file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(spawn.binary)
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .arg("--policy-wasm")
-            .arg(spawn.wasm)
-            .arg("--admission-policy")
-            .arg(spawn.admission_policy)
-            .arg("--ca-file")
-            .arg(&ca_file)
-            .env("KUBECONFIG", spawn.kubeconfig)
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {}", spawn.binary.display()))?;
+        let child = spawn_logged(
+            Command::new(spawn.binary)
+                .arg(format!("--listen=127.0.0.1:{port}"))
+                .arg("--policy-wasm")
+                .arg(spawn.wasm)
+                .arg("--admission-policy")
+                .arg(spawn.admission_policy)
+                .arg("--ca-file")
+                .arg(&ca_file),
+            spawn.kubeconfig,
+            &log,
+        )?;
         Ok(Self {
             child: Some(child),
             port,

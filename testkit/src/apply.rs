@@ -1,12 +1,13 @@
-//! Server-side apply of any object, found through API discovery, as `kubectl apply
-//! --server-side` does it.
+//! Server-side apply (and create) of any object, its kind found through API discovery, as
+//! `kubectl apply --server-side` does it: the one way the demo, `nsb-manifests`, the cluster
+//! tests, the node tests and the bench write an object given as JSON.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, ValidationDirective};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::Value;
@@ -39,6 +40,9 @@ pub struct Applier {
     pub field_manager: String,
     /// `dryRun=All`: every admission step and validation runs, nothing is stored.
     pub dry_run: bool,
+    /// Strict field validation (an unknown or duplicate field is an error, not a warning);
+    /// `false` leaves it to the API server's default (a warning).
+    pub strict: bool,
 }
 
 impl Applier {
@@ -47,6 +51,7 @@ impl Applier {
             client,
             field_manager: field_manager.to_owned(),
             dry_run: false,
+            strict: true,
         }
     }
 
@@ -77,26 +82,22 @@ impl Applier {
         Ok((api, key))
     }
 
-    /// Server-side applies `object` (forced, strict field validation: an unknown or
-    /// duplicate field is an error, not a warning). A CRD is waited for until Established.
+    /// Server-side applies `object` (forced; strict field validation unless [`Self::strict`]
+    /// is off): the object as the API server stored it. A CRD is not waited for.
+    pub async fn apply_object(&self, object: &Value) -> Result<DynamicObject> {
+        let (api, key) = self.api_for(object).await?;
+        self.patch(&api, &key, object).await
+    }
+
+    /// Server-side applies `object` as [`Self::apply_object`] does, and says what changed.
+    /// A CRD is waited for until Established.
     pub async fn apply(&self, object: &Value) -> Result<Outcome> {
         let (api, key) = self.api_for(object).await?;
         let before = api
             .get_opt(&key.name)
             .await
             .with_context(|| format!("reading {key}"))?;
-        let mut params = PatchParams::apply(&self.field_manager).force();
-        params.dry_run = self.dry_run;
-        params.field_validation = Some(ValidationDirective::Strict);
-        let after = api
-            .patch(&key.name, &params, &Patch::Apply(object))
-            .await
-            .with_context(|| {
-                format!(
-                    "server-side apply{} of {key}",
-                    if self.dry_run { " (dry run)" } else { "" }
-                )
-            })?;
+        let after = self.patch(&api, &key, object).await?;
         if key.kind == "CustomResourceDefinition" && !self.dry_run {
             wait_established(&self.client, &key.name).await?;
         }
@@ -105,6 +106,43 @@ impl Applier {
             Some(before) if comparable(&before) == comparable(&after) => Outcome::Unchanged,
             Some(_) => Outcome::Configured,
         })
+    }
+
+    /// Creates `object` (any kind): the API server's verdict, unchanged (a discovery failure
+    /// comes back as `kube::Error::Service`).
+    pub async fn create(&self, object: &Value) -> Result<DynamicObject, kube::Error> {
+        let (api, _) = self
+            .api_for(object)
+            .await
+            .map_err(|error| kube::Error::Service(error.into()))?;
+        let object: DynamicObject =
+            serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
+        let params = PostParams {
+            dry_run: self.dry_run,
+            ..PostParams::default()
+        };
+        api.create(&params, &object).await
+    }
+
+    async fn patch(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &Key,
+        object: &Value,
+    ) -> Result<DynamicObject> {
+        let mut params = PatchParams::apply(&self.field_manager).force();
+        params.dry_run = self.dry_run;
+        if self.strict {
+            params.field_validation = Some(ValidationDirective::Strict);
+        }
+        api.patch(&key.name, &params, &Patch::Apply(object))
+            .await
+            .with_context(|| {
+                format!(
+                    "server-side apply{} of {key}",
+                    if self.dry_run { " (dry run)" } else { "" }
+                )
+            })
     }
 }
 

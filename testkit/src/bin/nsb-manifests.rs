@@ -16,8 +16,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use namespace_baseline_harness::apply::Applier;
-use namespace_baseline_harness::manifests::{self, Manifest};
+use namespace_baseline_testkit::apply::Applier;
+use namespace_baseline_testkit::manifests::{self, Manifest};
 
 const USAGE: &str = "usage:\n  nsb-manifests compare LEFT.yaml... --against RIGHT.yaml...\n  nsb-manifests apply [--dry-run] [--field-manager NAME] FILE...";
 

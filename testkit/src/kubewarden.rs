@@ -287,7 +287,7 @@ mod tests {
     use super::*;
 
     fn repo() -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
     }
 
     fn shipped() -> ClusterAdmissionPolicy {

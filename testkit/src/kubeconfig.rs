@@ -1,10 +1,11 @@
 //! Kubeconfigs for a ServiceAccount (the reconciler's, the policy-server's), so that the demo
 //! and the cluster tests run each program with exactly the permissions `deploy/` grants it,
-//! not the admin's.
+//! not the admin's; and where a kubeconfig reaches the API server ([`endpoint`]).
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use base64::Engine as _;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Client;
@@ -13,6 +14,32 @@ use kube::config::{Cluster, Kubeconfig};
 use namespace_baseline_core::identity::{RECONCILER_NAMESPACE, RECONCILER_SERVICE_ACCOUNT};
 use namespace_baseline_formats::yaml;
 use serde_json::{Value, json};
+
+/// Where a client reaches the API server: its URL and certificate authority (PEM).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub server: String,
+    pub ca_pem: String,
+}
+
+/// Where a kubeconfig's current context reaches the API server, its CA read from the data or
+/// the file the kubeconfig names (e.g. for a proxy to forward to).
+pub fn endpoint(kubeconfig: &Kubeconfig) -> Result<Endpoint> {
+    let cluster = current_cluster(kubeconfig)?;
+    let server = cluster.server.clone().context("cluster without a server")?;
+    let ca_pem = if let Some(data) = &cluster.certificate_authority_data {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .context("certificate-authority-data is not base64")?;
+        String::from_utf8(bytes).context("CA data is not PEM")?
+    } else if let Some(path) = &cluster.certificate_authority {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("reading certificate-authority {path}"))?
+    } else {
+        bail!("the cluster has no certificate authority")
+    };
+    Ok(Endpoint { server, ca_pem })
+}
 
 /// The cluster (server, certificate authority) of a kubeconfig's current context.
 pub fn current_cluster(kubeconfig: &Kubeconfig) -> Result<&Cluster> {
