@@ -17,6 +17,7 @@ pub mod memory;
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -137,6 +138,23 @@ pub struct SettingsResponse {
     pub valid: bool,
     #[serde(default)]
     pub message: Option<String>,
+}
+
+/// The built policy module the tests run, and where it was read: `POLICY_WASM`, else
+/// `policy.wasm` at the repository root (`make policy.wasm`). For tests: a module that cannot
+/// be read panics with how to build it, so a test without it fails rather than skips.
+pub fn built_policy() -> (PathBuf, Vec<u8>) {
+    let path = std::env::var_os("POLICY_WASM").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policy.wasm"),
+        PathBuf::from,
+    );
+    match std::fs::read(&path) {
+        Ok(wasm) => (path, wasm),
+        Err(error) => panic!(
+            "the policy module {} cannot be read ({error}): build it with make policy.wasm (or point POLICY_WASM at it)",
+            path.display()
+        ),
+    }
 }
 
 /// What the host capabilities answer during one evaluation.

@@ -40,15 +40,7 @@ fn repo() -> PathBuf {
 }
 
 fn policy_wasm() -> Vec<u8> {
-    let path = std::env::var_os("POLICY_WASM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("policy.wasm"));
-    std::fs::read(&path).unwrap_or_else(|error| {
-        panic!(
-            "the policy module {} cannot be read ({error}): build it with make policy.wasm (or point POLICY_WASM at it)",
-            path.display()
-        )
-    })
+    namespace_baseline_e2e::built_policy().1
 }
 
 /// Seeded: the same cases on every run.

@@ -67,15 +67,7 @@ fn declared_capabilities() -> BTreeSet<String> {
 }
 
 fn policy_wasm() -> (PathBuf, Vec<u8>) {
-    let path =
-        std::env::var_os("POLICY_WASM").map_or_else(|| repo().join("policy.wasm"), PathBuf::from);
-    let wasm = std::fs::read(&path).unwrap_or_else(|error| {
-        panic!(
-            "the policy module {} cannot be read ({error}): build it with make policy.wasm (or point POLICY_WASM at it)",
-            path.display()
-        )
-    });
-    (path, wasm)
+    namespace_baseline_e2e::built_policy()
 }
 
 fn difference(declared: &BTreeSet<String>, found: &BTreeSet<String>, found_where: &str) -> String {

@@ -6,7 +6,6 @@
 //! Needs the built module: `POLICY_WASM`, else `policy.wasm` at the repository root (`make
 //! policy.wasm`). Without it the test fails; it never skips.
 
-use std::path::PathBuf;
 
 /// Bytes. Reached: 253,672 (`make policy.wasm`, 2026-12-04: the pod rule, podsWaitForWall,
 /// +7.8 KB over 245,871, after picking guarding baselines one by one instead of sorting them,
@@ -17,19 +16,8 @@ const BUDGET: u64 = 256_000;
 
 #[test]
 fn the_policy_module_stays_within_its_size_budget() {
-    let path = std::env::var_os("POLICY_WASM").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../policy.wasm"),
-        PathBuf::from,
-    );
-    let size = std::fs::metadata(&path)
-        .unwrap_or_else(|error| {
-            panic!(
-                "the policy module {} cannot be read ({error}): build it with make policy.wasm (or point POLICY_WASM at it)",
-                path.display()
-            )
-        })
-        .len();
-    let wasm = std::fs::read(&path).expect("the module was just read");
+    let (path, wasm) = namespace_baseline_e2e::built_policy();
+    let size = wasm.len() as u64;
     assert!(
         wasm.starts_with(b"\0asm"),
         "{} is not a wasm module",
