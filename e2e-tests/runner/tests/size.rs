@@ -6,7 +6,6 @@
 //! Needs the built module: `POLICY_WASM`, else `policy.wasm` at the repository root (`make
 //! policy.wasm`). Without it the test fails; it never skips.
 
-
 /// Bytes. Reached: 253,672 (`make policy.wasm`, 2026-12-04: the pod rule, podsWaitForWall,
 /// +7.8 KB over 245,871, after picking guarding baselines one by one instead of sorting them,
 /// which saved 5.5 KB); before it 245,871 (metadata guarded field by field and holes judged by
