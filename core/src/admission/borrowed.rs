@@ -12,6 +12,8 @@ use std::ops::Deref;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubernetesSelector;
+
 use super::HolesSetting;
 use super::json::Json;
 use super::settings::DEFAULT_RECONCILER_USERNAME;
@@ -228,6 +230,7 @@ pub struct LiveBaselineMetadata<'a> {
 pub struct LiveBaselineSpec<'a> {
     #[serde(borrow)]
     pub namespace_label: Text<'a>,
+    pub namespace_selector: Option<KubernetesSelector>,
     pub mode: Mode,
 }
 

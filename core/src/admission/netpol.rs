@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use super::json::Json as Value;
 use super::view::Text;
 use crate::holes::{Direction, Hole, PeerShape, hole};
-use crate::reach::{IpBlockShape, selects_unlabelled};
+use crate::reach::IpBlockShape;
+use crate::selector::selects_unlabelled;
 
 type Map<'a> = BTreeMap<Text<'a>, Value<'a>>;
 

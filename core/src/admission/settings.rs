@@ -208,6 +208,7 @@ impl PolicySettings {
                 .map(|selector| super::Guard {
                     selector,
                     baseline: None,
+                    namespace_selector: false,
                 })
                 .collect(),
             context_aware: self.context_aware,
