@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod namespace_cache;
 pub mod panics;
 pub mod plan;
+pub mod plan_left_out;
 pub mod policy_cache;
 pub mod retry;
 pub mod run;

@@ -693,12 +693,14 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, state: &State) -> Baseli
         name: name.clone(),
         origin: origin.to_owned(),
         namespace_label: spec.namespace_label.clone(),
+        selector: spec.selector_words(),
         mode: spec.mode,
         deletion_policy: spec.deletion_policy,
         allow_dns: spec.allow_dns,
         deleting: baseline.metadata.deletion_timestamp.is_some(),
         invalid: None,
         guarded: Vec::new(),
+        left_out: Vec::new(),
         changes: Vec::new(),
         drift: Vec::new(),
         orphaned: Vec::new(),
@@ -738,6 +740,7 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, state: &State) -> Baseli
                     HoleItem { namespace, hole }
                 })
                 .collect();
+            report.left_out = planner.left_out_names().map(str::to_owned).collect();
             for namespace in planner.namespaces() {
                 if namespace.selected {
                     report.guarded.push(namespace.namespace.to_owned());
@@ -860,6 +863,8 @@ pub struct BaselineReport {
     /// "FILE: document N[, item M]", or "cluster".
     pub origin: String,
     pub namespace_label: String,
+    /// How it selects its namespaces: `namespaceLabel ...` or `namespaceSelector ...`.
+    pub selector: String,
     pub mode: Mode,
     pub deletion_policy: DeletionPolicy,
     #[serde(rename = "allowDNS")]
@@ -870,6 +875,9 @@ pub struct BaselineReport {
     pub invalid: Option<String>,
     /// The namespaces behind its wall (selected and not terminating), by name.
     pub guarded: Vec<String>,
+    /// The live namespaces its selector leaves out, by name: what "every namespace
+    /// except..." excepts.
+    pub left_out: Vec<String>,
     /// The writes the reconciler would make, in order.
     pub changes: Vec<ChangeItem>,
     /// `Audit`: the changes found, reported in status, not written.
@@ -1035,9 +1043,9 @@ pub fn render_text(report: &Report) -> String {
     for baseline in &report.baselines {
         let _ = writeln!(
             out,
-            "NamespaceBaseline {} (namespaceLabel {}; {}, deletionPolicy {}, allowDNS {}; from {})",
+            "NamespaceBaseline {} ({}; {}, deletionPolicy {}, allowDNS {}; from {})",
             baseline.name,
-            baseline.namespace_label,
+            baseline.selector,
             mode_name(baseline.mode),
             deletion_policy_name(baseline.deletion_policy),
             baseline.allow_dns,
@@ -1076,6 +1084,9 @@ pub fn render_text(report: &Report) -> String {
                     String::new()
                 }
             );
+            if baseline.namespace_label.is_empty() {
+                out.push_str(&crate::plan_left_out::render(&baseline.left_out));
+            }
         }
         for change in &baseline.changes {
             let (sign, verb) = match change.action {
