@@ -315,10 +315,7 @@ pub fn namespace_reach<N: NamespaceFacts>(
     let (mut reached, mut of) = (0u32, 0u32);
     for namespace in live {
         of = of.saturating_add(1);
-        if selectors
-            .iter()
-            .any(|selector| selector.selects(namespace))
-        {
+        if selectors.iter().any(|selector| selector.selects(namespace)) {
             reached = reached.saturating_add(1);
         }
     }

@@ -51,15 +51,32 @@ pub enum SelectorError {
     SetOrList,
     TooManyEquals,
     EmptyKey,
-    EmptyValue { key: String },
-    InvalidKey { key: String, reason: &'static str },
-    InvalidValue { value: String, reason: &'static str },
+    EmptyValue {
+        key: String,
+    },
+    InvalidKey {
+        key: String,
+        reason: &'static str,
+    },
+    InvalidValue {
+        value: String,
+        reason: &'static str,
+    },
     /// A `matchExpressions` operator Kubernetes does not know.
-    UnknownOperator { key: String, operator: String },
+    UnknownOperator {
+        key: String,
+        operator: String,
+    },
     /// `In` or `NotIn` without values.
-    NoValues { key: String, operator: String },
+    NoValues {
+        key: String,
+        operator: String,
+    },
     /// `Exists` or `DoesNotExist` with values.
-    ValuesGiven { key: String, operator: String },
+    ValuesGiven {
+        key: String,
+        operator: String,
+    },
 }
 
 impl fmt::Display for SelectorError {
@@ -661,5 +678,72 @@ mod tests {
             selects_unlabelled(has_match_labels, expressions.iter().copied(), namespaces),
             selects
         );
+    }
+
+    fn kubernetes(selector: serde_json::Value) -> LabelSelector {
+        LabelSelector::from_kubernetes(&serde_json::from_value(selector).unwrap()).unwrap()
+    }
+
+    #[rstest]
+    #[case::match_labels(serde_json::json!({"matchLabels": {"team": "a"}}), "team=a", true)]
+    #[case::in_one(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}), "team=a", true)]
+    #[case::in_two(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]}), "team in (a,b)", false)]
+    #[case::not_in(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}), "team notin (a)", false)]
+    #[case::exists(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]}), "team", true)]
+    #[case::does_not_exist(serde_json::json!({"matchExpressions": [{"key": "opt-out", "operator": "DoesNotExist"}]}), "!opt-out", false)]
+    #[case::both(serde_json::json!({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}), "a=1,b", false)]
+    #[case::everything(serde_json::json!({}), "", false)]
+    fn a_kubernetes_selector_reads_as_its_string_form(
+        #[case] selector: serde_json::Value,
+        #[case] text: &str,
+        #[case] short: bool,
+    ) {
+        let selector = kubernetes(selector);
+        assert_eq!(selector.to_string(), text);
+        assert_eq!(selector.short_form().is_some(), short);
+    }
+
+    #[rstest]
+    #[case::opt_out(serde_json::json!({"matchExpressions": [{"key": "opt-out", "operator": "DoesNotExist"}]}), true)]
+    #[case::names_excluded(serde_json::json!({"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": ["kube-system"]}]}), true)]
+    #[case::everything(serde_json::json!({}), true)]
+    #[case::match_labels(serde_json::json!({"matchLabels": {"team": "a"}}), false)]
+    #[case::exists(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]}), false)]
+    #[case::opt_out_and_opt_in(serde_json::json!({"matchExpressions": [{"key": "opt-out", "operator": "DoesNotExist"}, {"key": "team", "operator": "In", "values": ["a"]}]}), false)]
+    fn opt_out_selectors_cover_new_namespaces(
+        #[case] selector: serde_json::Value,
+        #[case] covers: bool,
+    ) {
+        assert_eq!(kubernetes(selector).selects_new_namespaces(), covers);
+    }
+
+    #[rstest]
+    #[case::name_excluded("kube-system", &[], Some("kubernetes.io/metadata.name notin (kube-system,kubewarden)"))]
+    #[case::opted_out("team-a", &[("opt-out", "yes")], Some("!opt-out"))]
+    #[case::covered("team-a", &[("team", "a")], None)]
+    fn the_first_unmet_requirement_says_why_a_namespace_is_left_out(
+        #[case] name: &str,
+        #[case] namespace_labels: &[(&str, &str)],
+        #[case] unmet: Option<&str>,
+    ) {
+        let selector = kubernetes(serde_json::json!({"matchExpressions": [
+            {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": ["kube-system", "kubewarden"]},
+            {"key": "opt-out", "operator": "DoesNotExist"},
+        ]}));
+        let namespace = namespace(name, namespace_labels);
+        let found = selector.first_unmet(|key| namespace_label(&namespace, key));
+        assert_eq!(found.map(ToString::to_string).as_deref(), unmet);
+        assert_eq!(selector.selects(&namespace), unmet.is_none());
+    }
+
+    #[rstest]
+    #[case::unknown_operator(serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}))]
+    #[case::in_without_values(serde_json::json!({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": []}]}))]
+    #[case::exists_with_values(serde_json::json!({"matchExpressions": [{"key": "a", "operator": "DoesNotExist", "values": ["x"]}]}))]
+    #[case::bad_key(serde_json::json!({"matchExpressions": [{"key": "a b", "operator": "Exists"}]}))]
+    #[case::bad_value(serde_json::json!({"matchLabels": {"a": "x y"}}))]
+    fn selectors_the_api_server_refuses_are_refused(#[case] selector: serde_json::Value) {
+        let selector: KubernetesSelector = serde_json::from_value(selector).unwrap();
+        assert!(LabelSelector::from_kubernetes(&selector).is_err());
     }
 }

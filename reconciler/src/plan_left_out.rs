@@ -43,7 +43,13 @@ mod tests {
     #[test]
     fn counts_beyond_the_listed() {
         let line = render(&names(LISTED + 3));
-        assert!(line.starts_with("  leaves out 53 namespaces: ns-0, "), "{line}");
-        assert!(line.ends_with(&format!("ns-{} and 3 more\n", LISTED - 1)), "{line}");
+        assert!(
+            line.starts_with("  leaves out 53 namespaces: ns-0, "),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(&format!("ns-{} and 3 more\n", LISTED - 1)),
+            "{line}"
+        );
     }
 }

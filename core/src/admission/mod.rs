@@ -253,4 +253,6 @@ pub fn review(request: &AdmissionRequest, gate: &Gate, source: &dyn BaselineSour
 }
 
 #[cfg(test)]
+mod selector_tests;
+#[cfg(test)]
 mod tests;

@@ -119,12 +119,9 @@ fn review_rules(
             ("UPDATE", Some(new), Some(old)) => {
                 review_namespace_update(old, new, &decider.guards, live)
             }
-            ("CREATE", Some(new), _) => review_namespace_create(
-                new,
-                &request.user_info.username,
-                &decider.guards,
-                live,
-            ),
+            ("CREATE", Some(new), _) => {
+                review_namespace_create(new, &request.user_info.username, &decider.guards, live)
+            }
             _ => Verdict::Allow,
         }
     } else {

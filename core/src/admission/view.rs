@@ -223,11 +223,10 @@ impl<'a> GuardRef<'a> {
                 .or_else(|| (key == NAMESPACE_NAME_LABEL).then_some(name))
         };
         match &self.selection {
-            Selection::Label(key, value) => (!short_form_holds(*value, label(key)))
-                .then(|| self.selection.to_string()),
-            Selection::Selector(selector) => {
-                selector.first_unmet(label).map(ToString::to_string)
+            Selection::Label(key, value) => {
+                (!short_form_holds(*value, label(key))).then(|| self.selection.to_string())
             }
+            Selection::Selector(selector) => selector.first_unmet(label).map(ToString::to_string),
         }
     }
 
@@ -281,11 +280,9 @@ impl fmt::Display for GuardRef<'_> {
             (None, Selection::Label(..)) => {
                 write!(f, "the guard label {} (policy settings)", self.selection)
             }
-            (None, Selection::Selector(_)) => write!(
-                f,
-                "the guard selector {} (policy settings)",
-                self.selection
-            ),
+            (None, Selection::Selector(_)) => {
+                write!(f, "the guard selector {} (policy settings)", self.selection)
+            }
         }
     }
 }
