@@ -77,6 +77,8 @@ pub enum SelectorError {
         key: String,
         operator: String,
     },
+    /// Not shaped like a label selector (read as JSON).
+    NotASelector,
 }
 
 impl fmt::Display for SelectorError {
@@ -114,6 +116,9 @@ impl fmt::Display for SelectorError {
             Self::NoValues { key, operator } => write!(
                 f,
                 "matchExpressions: {key:?} {operator} needs at least one value"
+            ),
+            Self::NotASelector => f.write_str(
+                "not a label selector: write matchLabels {key: value} and matchExpressions [{key, operator, values}]",
             ),
             Self::ValuesGiven { key, operator } => write!(
                 f,
@@ -191,34 +196,65 @@ impl LabelSelector {
     /// checks one: valid keys and values, a known operator, values for `In` and `NotIn` and
     /// none for `Exists` and `DoesNotExist`.
     pub fn from_kubernetes(selector: &KubernetesSelector) -> Result<Self, SelectorError> {
+        Self::from_parts(
+            selector
+                .match_labels
+                .iter()
+                .flatten()
+                .map(|(key, value)| (key.as_str(), value.as_str())),
+            selector
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|expression| {
+                    (
+                        expression.key.as_str(),
+                        expression.operator.as_str(),
+                        expression
+                            .values
+                            .iter()
+                            .flatten()
+                            .map(String::as_str)
+                            .collect(),
+                    )
+                }),
+        )
+    }
+
+    /// [`LabelSelector::from_kubernetes`] of a selector read by other means (the admission
+    /// policy reads the host's answer as JSON): its `matchLabels` pairs, and its
+    /// `matchExpressions` as key, operator and values.
+    pub fn from_parts<'s>(
+        match_labels: impl IntoIterator<Item = (&'s str, &'s str)>,
+        match_expressions: impl IntoIterator<Item = (&'s str, &'s str, Vec<&'s str>)>,
+    ) -> Result<Self, SelectorError> {
         let mut requirements = Vec::new();
-        for (key, value) in selector.match_labels.iter().flatten() {
+        for (key, value) in match_labels {
             validate_key(key)?;
             check_value(value)?;
             requirements.push(Requirement {
-                key: key.clone(),
-                operator: Operator::In(vec![value.clone()]),
+                key: key.to_owned(),
+                operator: Operator::In(vec![value.to_owned()]),
             });
         }
-        for expression in selector.match_expressions.iter().flatten() {
-            let key = &expression.key;
+        for (key, operator, values) in match_expressions {
             validate_key(key)?;
-            let values = expression.values.clone().unwrap_or_default();
             for value in &values {
                 check_value(value)?;
             }
             let problem = |error: fn(String, String) -> SelectorError| {
-                Err(error(key.clone(), expression.operator.clone()))
+                Err(error(key.to_owned(), operator.to_owned()))
             };
-            let operator = match (expression.operator.as_str(), values.is_empty()) {
+            let owned = || values.iter().map(|value| (*value).to_owned()).collect();
+            let operator = match (operator, values.is_empty()) {
                 ("In" | "NotIn", true) => {
                     return problem(|key, operator| SelectorError::NoValues { key, operator });
                 }
                 ("Exists" | "DoesNotExist", false) => {
                     return problem(|key, operator| SelectorError::ValuesGiven { key, operator });
                 }
-                ("In", false) => Operator::In(values),
-                ("NotIn", false) => Operator::NotIn(values),
+                ("In", false) => Operator::In(owned()),
+                ("NotIn", false) => Operator::NotIn(owned()),
                 ("Exists", true) => Operator::Exists,
                 ("DoesNotExist", true) => Operator::DoesNotExist,
                 _ => {
@@ -229,7 +265,7 @@ impl LabelSelector {
                 }
             };
             requirements.push(Requirement {
-                key: key.clone(),
+                key: key.to_owned(),
                 operator,
             });
         }

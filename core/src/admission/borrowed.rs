@@ -12,8 +12,6 @@ use std::ops::Deref;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubernetesSelector;
-
 use super::HolesSetting;
 use super::json::Json;
 use super::settings::DEFAULT_RECONCILER_USERNAME;
@@ -230,7 +228,10 @@ pub struct LiveBaselineMetadata<'a> {
 pub struct LiveBaselineSpec<'a> {
     #[serde(borrow)]
     pub namespace_label: Text<'a>,
-    pub namespace_selector: Option<KubernetesSelector>,
+    /// Read as JSON ([`super::netpol::label_selector`]): k8s-openapi's reader of the type
+    /// would cost the module more than the rules' own JSON reader it already holds.
+    #[serde(borrow)]
+    pub namespace_selector: Option<Json<'a>>,
     pub mode: Mode,
 }
 

@@ -295,7 +295,9 @@ impl<'a> LiveBaselineRef<'a> {
             },
             spec: LiveBaselineSpecRef {
                 namespace_label: Text::from(baseline.spec.namespace_label.as_str()),
-                namespace_selector: baseline.spec.namespace_selector.clone(),
+                namespace_selector: baseline.spec.namespace_selector.as_ref().map(|selector| {
+                    owned_json(&serde_json::to_value(selector).unwrap_or_default())
+                }),
                 mode: baseline.spec.mode,
             },
         }
@@ -311,7 +313,7 @@ impl<'a> LiveBaselineRef<'a> {
             (label, None) => GuardRef::parse(label, name),
             ("", Some(selector)) => Some(GuardRef {
                 selection: Selection::Selector(Cow::Owned(
-                    LabelSelector::from_kubernetes(selector).ok()?,
+                    super::netpol::label_selector(selector).ok()?,
                 )),
                 baseline: name,
             }),
