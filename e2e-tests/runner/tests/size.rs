@@ -8,9 +8,9 @@
 
 use std::path::PathBuf;
 
-/// Bytes. Reached: 260,754 (`make policy.wasm`, 2026-12-04: the guard of a full
+/// Bytes. Reached: 260,943 (`make policy.wasm`, 2026-12-04: the guard of a full
 /// `namespaceSelector`, its requirements read from the host's JSON with the rules' own reader
-/// rather than k8s-openapi's, and the Namespace CREATE rule, +14.9 KB over 245,871); before:
+/// rather than k8s-openapi's, and the Namespace CREATE rule, +15.1 KB over 245,871); before:
 /// 245,871 (metadata guarded field by field and holes judged by the addresses opened, +19.6
 /// KB over 226,277; the 200 KB goal was withdrawn); issue 13's ceiling was 282 KB.
 const BUDGET: u64 = 265_000;

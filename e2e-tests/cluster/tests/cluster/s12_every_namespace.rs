@@ -144,7 +144,11 @@ async fn s12_an_opt_out_selector_walls_namespaces_that_never_carried_a_label() {
             let covered = live.len() - left_out;
             let status = cluster.status(&baseline).await?;
             let counted = usize::try_from(status.namespaces)? == covered
-                && status.namespaces_left_out.map(usize::try_from).transpose()? == Some(left_out)
+                && status
+                    .namespaces_left_out
+                    .map(usize::try_from)
+                    .transpose()?
+                    == Some(left_out)
                 && condition(&status, "Ready").is_some_and(|(ready, _, _)| ready == "True");
             Ok(counted.then_some(status))
         },
