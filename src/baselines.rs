@@ -10,10 +10,10 @@ use kubewarden_policy_sdk::wapc_guest::host_call;
 use namespace_baseline_core::admission::HostCapabilities;
 
 /// The SDK's `ListAllResourcesRequest` for every NamespaceBaseline, pruned by the host to
-/// the fields the rules read (name, namespaceLabel, mode, and allowDNS for the pod rule)
-/// before it crosses into wasm: the same for every request, so written once (a test checks
-/// it is what the SDK writes).
-pub const LIST_BASELINES_REQUEST: &str = r#"{"api_version":"hedronite.io/v1alpha1","kind":"NamespaceBaseline","label_selector":null,"field_selector":null,"field_masks":["metadata.name","spec.allowDNS","spec.mode","spec.namespaceLabel"]}"#;
+/// the fields the rules read (name, namespaceLabel or namespaceSelector, mode, and allowDNS for
+/// the pod rule) before it crosses into wasm: the same for every request, so written once (a
+/// test checks it is what the SDK writes).
+pub const LIST_BASELINES_REQUEST: &str = r#"{"api_version":"hedronite.io/v1alpha1","kind":"NamespaceBaseline","label_selector":null,"field_selector":null,"field_masks":["metadata.name","spec.allowDNS","spec.mode","spec.namespaceLabel","spec.namespaceSelector"]}"#;
 
 /// The SDK's `GetResourceRequest` for the Namespace `name`, as the SDK writes it (a test
 /// checks it).
@@ -103,11 +103,12 @@ mod tests {
     ];
 
     /// The fields of a NamespaceBaseline the rules read.
-    const BASELINE_FIELD_MASKS: [&str; 4] = [
+    const BASELINE_FIELD_MASKS: [&str; 5] = [
         "metadata.name",
         "spec.allowDNS",
         "spec.mode",
         "spec.namespaceLabel",
+        "spec.namespaceSelector",
     ];
 
     /// The fields of a wall's NetworkPolicy the pod rule reads.

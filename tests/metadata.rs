@@ -114,7 +114,7 @@ fn the_policy_guards_exactly_what_the_design_names() {
             (
                 "".into(),
                 "namespaces,namespaces/status,namespaces/finalize".into(),
-                vec!["UPDATE".into()]
+                vec!["CREATE".into(), "UPDATE".into()]
             ),
             ("".into(), "pods".into(), vec!["CREATE".into()]),
         ]

@@ -14,7 +14,8 @@ use serde::Serialize;
 use crate::facts::PolicyFacts;
 use crate::identity::claims_management;
 use crate::plan::NamespaceFacts;
-use crate::reach::{IpBlockShape, opens_internet, selects_unlabelled};
+use crate::reach::{IpBlockShape, opens_internet};
+use crate::selector::selects_unlabelled;
 
 /// How far a rule opens the wall, widest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -25,7 +26,7 @@ pub enum Width {
     World,
     /// Every pod of every namespace: a `namespaceSelector` that selects every namespace anyone
     /// creates (`{}`, `kubernetes.io/metadata.name Exists`, only `NotIn` or `DoesNotExist`
-    /// terms: [`crate::reach::selects_unlabelled`]) with a pod selector that selects every
+    /// terms: [`crate::selector::selects_unlabelled`]) with a pod selector that selects every
     /// pod in the same sense, or none.
     Cluster,
     /// Some namespaces (every pod in them).
@@ -287,7 +288,7 @@ pub(crate) fn hole<'a>(
 /// How many of `namespaces` (the live ones; terminating ones are not counted) the rule of
 /// `hole` reaches through its namespace selectors, for a hole of `spec` that selects
 /// namespaces (`Cluster`, `Namespaces`); `None` for another width. A namespace is reached
-/// when any `namespaceSelector` peer of the rule selects it ([`crate::reach::selects`]).
+/// when any `namespaceSelector` peer of the rule selects it ([`crate::selector::LabelSelector::selects`]).
 pub fn namespace_reach<N: NamespaceFacts>(
     spec: &NetworkPolicySpec,
     hole: &Hole,
@@ -300,11 +301,13 @@ pub fn namespace_reach<N: NamespaceFacts>(
         Direction::Ingress => spec.ingress.as_ref()?.get(hole.rule)?.from.as_deref(),
         Direction::Egress => spec.egress.as_ref()?.get(hole.rule)?.to.as_deref(),
     };
-    let selectors: Vec<&LabelSelector> = peers
+    // A selector the API server would refuse (an unknown operator) selects nothing.
+    let selectors: Vec<crate::selector::LabelSelector> = peers
         .into_iter()
         .flatten()
         .filter(|peer| peer.ip_block.is_none())
         .filter_map(|peer| peer.namespace_selector.as_ref())
+        .filter_map(|selector| crate::selector::LabelSelector::from_kubernetes(selector).ok())
         .collect();
     let live = namespaces
         .iter()
@@ -312,10 +315,7 @@ pub fn namespace_reach<N: NamespaceFacts>(
     let (mut reached, mut of) = (0u32, 0u32);
     for namespace in live {
         of = of.saturating_add(1);
-        if selectors
-            .iter()
-            .any(|selector| crate::reach::selects(selector, namespace))
-        {
+        if selectors.iter().any(|selector| selector.selects(namespace)) {
             reached = reached.saturating_add(1);
         }
     }

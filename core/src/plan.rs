@@ -254,6 +254,11 @@ impl<'a, N: NamespaceFacts> Planner<'a, N> {
         matched_names(&self.selector, self.namespaces)
     }
 
+    /// The names of the live namespaces the selector leaves out.
+    pub fn left_out_names(&self) -> impl Iterator<Item = &str> + '_ {
+        left_out_names(&self.selector, self.namespaces)
+    }
+
     /// The baseline's namespace selector.
     pub fn selector(&self) -> &LabelSelector {
         &self.selector
@@ -348,6 +353,24 @@ pub fn matched_names<'a, N: NamespaceFacts>(
         .iter()
         .filter(|ns| !ns.terminating() && selector.selects(*ns))
         .map(NamespaceFacts::name)
+}
+
+/// The names of the namespaces among `namespaces` that `selector` leaves out, terminating
+/// ones excluded: what "every namespace except..." excepts.
+pub fn left_out_names<'a, N: NamespaceFacts>(
+    selector: &'a LabelSelector,
+    namespaces: &'a [N],
+) -> impl Iterator<Item = &'a str> + 'a {
+    namespaces
+        .iter()
+        .filter(|ns| !ns.terminating() && !selector.selects(*ns))
+        .map(NamespaceFacts::name)
+}
+
+/// How many of `namespaces` `selector` leaves out, terminating ones excluded: the status's
+/// `namespacesLeftOut`.
+pub fn count_left_out<N: NamespaceFacts>(selector: &LabelSelector, namespaces: &[N]) -> u32 {
+    count(left_out_names(selector, namespaces).count())
 }
 
 /// The managed policies of `baseline`, by namespace: those carrying its baseline label, and

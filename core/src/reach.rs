@@ -3,13 +3,10 @@
 //! `namespaceSelector` of `kubernetes.io/metadata.name Exists` selects every namespace, as
 //! `0.0.0.0/0` and `namespaceSelector: {}` do. The holes check ([`crate::holes`]) asks these
 //! two questions of the peers of one rule, whichever reader (k8s-openapi's types in the
-//! reconciler, the request's JSON in the policy) read them.
+//! reconciler, the request's JSON in the policy) read them: the addresses here, the
+//! selectors of the one selector engine ([`crate::selector`]).
 
 use std::net::IpAddr;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-
-use crate::plan::NamespaceFacts;
 
 /// One `ipBlock`: its `cidr` and its `except` list, as written.
 pub(crate) struct IpBlockShape<'a> {
@@ -168,76 +165,6 @@ fn size(ranges: &[Range]) -> u128 {
     ranges.iter().map(|(start, end)| end - start + 1).sum()
 }
 
-/// The label a namespace always carries, set by the API server to the namespace's name.
-pub(crate) const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-
-/// Whether a label selector (`matchLabels` non-empty or not, and its `matchExpressions` as
-/// key and operator) selects an object that carries no label of its own: a new namespace
-/// (which carries only [`NAMESPACE_NAME_LABEL`], with a name no selector lists) when
-/// `namespaces`, else a new pod. Such a selector selects every namespace (or pod) anyone
-/// creates, whatever it excludes: `{}`, `kubernetes.io/metadata.name Exists`, `team NotIn
-/// [a]`, `opt-out DoesNotExist`. A requirement with an operator the API server does not
-/// know selects nothing (it refuses such selectors).
-pub(crate) fn selects_unlabelled<'a>(
-    has_match_labels: bool,
-    expressions: impl IntoIterator<Item = (&'a str, &'a str)>,
-    namespaces: bool,
-) -> bool {
-    !has_match_labels
-        && expressions.into_iter().all(|(key, operator)| {
-            // The one label an unlabelled namespace has; its value is a name no `In` or
-            // `NotIn` list of the selector names.
-            let carried = namespaces && key == NAMESPACE_NAME_LABEL;
-            match operator {
-                "In" => false,
-                "NotIn" => true,
-                "Exists" => carried,
-                "DoesNotExist" => !carried,
-                _ => false,
-            }
-        })
-}
-
-/// Whether a Kubernetes label selector selects this namespace, as the API server evaluates
-/// it: every `matchLabels` pair, and every `matchExpressions` requirement (`In`, `NotIn`,
-/// `Exists`, `DoesNotExist`; an operator the API server would refuse selects nothing). A
-/// namespace always carries [`NAMESPACE_NAME_LABEL`] with its name, whether the cache kept
-/// the label or not.
-pub(crate) fn selects<N: NamespaceFacts + ?Sized>(selector: &LabelSelector, namespace: &N) -> bool {
-    let label = |key: &str| {
-        namespace
-            .label(key)
-            .or_else(|| (key == NAMESPACE_NAME_LABEL).then(|| namespace.name()))
-    };
-    let labels_match = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(key, value)| label(key) == Some(value.as_str()));
-    labels_match
-        && selector
-            .match_expressions
-            .iter()
-            .flatten()
-            .all(|requirement| {
-                let value = label(&requirement.key);
-                let listed = |value: &str| {
-                    requirement
-                        .values
-                        .iter()
-                        .flatten()
-                        .any(|listed| listed == value)
-                };
-                match requirement.operator.as_str() {
-                    "In" => value.is_some_and(listed),
-                    "NotIn" => value.is_none_or(|value| !listed(value)),
-                    "Exists" => value.is_some(),
-                    "DoesNotExist" => value.is_none(),
-                    _ => false,
-                }
-            })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,70 +207,5 @@ mod tests {
         #[case] internet: bool,
     ) {
         assert_eq!(opens_internet(&blocks(given)), internet);
-    }
-
-    /// A namespace as the reconciler's cache holds it.
-    fn namespace(
-        name: &str,
-        labels: &[(&str, &str)],
-    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
-    }
-
-    #[rstest]
-    #[case::everything(serde_json::json!({}), true)]
-    #[case::match_labels(serde_json::json!({"matchLabels": {"team": "a"}}), true)]
-    #[case::match_labels_other(serde_json::json!({"matchLabels": {"team": "b"}}), false)]
-    #[case::by_name_label_not_cached(serde_json::json!({"matchLabels": {NAMESPACE_NAME_LABEL: "team-a"}}), true)]
-    #[case::in_list(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]}), true)]
-    #[case::not_in_list(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}), false)]
-    #[case::not_in_absent(serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}), true)]
-    #[case::exists(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "Exists"}]}), true)]
-    #[case::does_not_exist(serde_json::json!({"matchExpressions": [{"key": "opt-out", "operator": "DoesNotExist"}]}), true)]
-    #[case::all_must_hold(serde_json::json!({"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}), false)]
-    #[case::unknown_operator(serde_json::json!({"matchExpressions": [{"key": "team", "operator": "Gt", "values": ["1"]}]}), false)]
-    fn label_selectors_select_as_the_api_server_does(
-        #[case] selector: serde_json::Value,
-        #[case] selected: bool,
-    ) {
-        let selector: LabelSelector = serde_json::from_value(selector).unwrap();
-        assert_eq!(
-            selects(&selector, &namespace("team-a", &[("team", "a")])),
-            selected
-        );
-    }
-
-    #[rstest]
-    #[case::empty(false, &[], true, true)]
-    #[case::match_labels(true, &[], true, false)]
-    #[case::name_exists(false, &[(NAMESPACE_NAME_LABEL, "Exists")], true, true)]
-    #[case::name_exists_of_a_pod(false, &[(NAMESPACE_NAME_LABEL, "Exists")], false, false)]
-    #[case::name_in(false, &[(NAMESPACE_NAME_LABEL, "In")], true, false)]
-    #[case::name_not_in(false, &[(NAMESPACE_NAME_LABEL, "NotIn")], true, true)]
-    #[case::name_does_not_exist(false, &[(NAMESPACE_NAME_LABEL, "DoesNotExist")], true, false)]
-    #[case::opt_out_label(false, &[("opt-out", "DoesNotExist")], true, true)]
-    #[case::team_not_in(false, &[("team", "NotIn")], false, true)]
-    #[case::team_exists(false, &[("team", "Exists")], true, false)]
-    #[case::all_must_hold(false, &[("opt-out", "DoesNotExist"), ("team", "In")], true, false)]
-    #[case::unknown_operator(false, &[("team", "Matches")], true, false)]
-    fn selectors_are_judged_by_what_a_new_object_meets(
-        #[case] has_match_labels: bool,
-        #[case] expressions: &[(&'static str, &'static str)],
-        #[case] namespaces: bool,
-        #[case] selects: bool,
-    ) {
-        assert_eq!(
-            selects_unlabelled(has_match_labels, expressions.iter().copied(), namespaces),
-            selects
-        );
     }
 }

@@ -1,19 +1,31 @@
 //! The `NamespaceBaseline` custom resource: the seed's two fields (`namespaceLabel`,
-//! `allowDNS`) and three optional extensions whose defaults keep the seed's behaviour.
+//! `allowDNS`) and optional extensions whose defaults keep the seed's behaviour;
+//! `namespaceSelector` is the long form of `namespaceLabel` (exactly one of the two).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, LabelSelector as KubernetesSelector,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::selector::{LabelSelector, SelectorError, is_valid_label_key, is_valid_label_value};
+use crate::selector::{
+    LabelSelector, NAMESPACE_NAME_LABEL, SelectorError, is_valid_label_key, is_valid_label_value,
+};
 
 /// Where a `namespaceLabel` must match, in the CRD schema itself: one `key=value` or `key`
 /// in label syntax. Length limits are checked by [`NamespaceBaselineSpec::validate`].
 pub const NAMESPACE_LABEL_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(=[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$";
 
-/// Every namespace carrying `namespaceLabel` sits behind a default-deny NetworkPolicy and,
+/// Why a spec sets both or neither of `namespaceLabel` and `namespaceSelector`: the CRD's
+/// validation rule and [`NamespaceBaselineSpec::validate`] say it alike.
+pub const ONE_SELECTOR_MESSAGE: &str = "set exactly one of namespaceLabel (key=value or key: the namespaces carrying a label) and namespaceSelector (a Kubernetes label selector, e.g. every namespace except a few)";
+
+/// The CRD's validation rule (CEL) for [`ONE_SELECTOR_MESSAGE`].
+pub const ONE_SELECTOR_RULE: &str = "has(self.namespaceLabel) != has(self.namespaceSelector)";
+
+/// Every namespace carrying `namespaceLabel` (or selected by `namespaceSelector`) sits behind a default-deny NetworkPolicy and,
 /// unless `allowDNS` is false, a DNS egress door.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "crd", derive(kube::CustomResource, schemars::JsonSchema))]
@@ -35,12 +47,25 @@ pub const NAMESPACE_LABEL_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a
         printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
     )
 )]
+#[cfg_attr(
+    feature = "crd",
+    schemars(extend("x-kubernetes-validations" = [{"rule": ONE_SELECTOR_RULE, "message": ONE_SELECTOR_MESSAGE}]))
+)]
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceBaselineSpec {
     /// The label that puts a namespace behind the wall: `key=value` (the label has that
-    /// value) or `key` (the label exists).
+    /// value) or `key` (the label exists). The short form of `namespaceSelector`; set
+    /// exactly one of the two.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[cfg_attr(feature = "crd", schemars(regex(pattern = NAMESPACE_LABEL_PATTERN), length(min = 1, max = 317)))]
     pub namespace_label: String,
+
+    /// The namespaces behind the wall, as a Kubernetes label selector (`matchLabels`, and
+    /// `matchExpressions` with `In`, `NotIn`, `Exists`, `DoesNotExist`): e.g. every namespace
+    /// except a few named ones (`kubernetes.io/metadata.name NotIn [...]`) and those carrying
+    /// an opt-out label (`DoesNotExist`). Set exactly one of this and `namespaceLabel`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<KubernetesSelector>,
 
     /// Add the DNS egress door next to the deny-all policy.
     #[serde(rename = "allowDNS", default = "default_true")]
@@ -240,10 +265,15 @@ pub struct NamespaceBaselineStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Namespaces matched by `namespaceLabel`.
+    /// Namespaces covered: matched by `namespaceLabel` or `namespaceSelector`.
     #[serde(default)]
     #[cfg_attr(feature = "crd", schemars(extend("format" = "int32")))]
     pub namespaces: u32,
+    /// Namespaces the selector leaves out (every other live namespace): what "every
+    /// namespace except..." excepts in this cluster (`plan` lists them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "crd", schemars(extend("format" = "int32")))]
+    pub namespaces_left_out: Option<u32>,
     /// Writes made by the last reconcile (0 when the wall was already in place).
     #[serde(default)]
     #[cfg_attr(feature = "crd", schemars(extend("format" = "int32")))]
@@ -273,7 +303,12 @@ pub struct NamespaceBaselineStatus {
 /// Why a spec cannot be acted on. Permanent: nothing changes until the spec does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SpecError {
+    /// Both or neither of `namespaceLabel` and `namespaceSelector` ([`ONE_SELECTOR_MESSAGE`]).
+    OneSelector,
     NamespaceLabel(SelectorError),
+    NamespaceSelector(SelectorError),
+    /// The selector covers the DNS namespace: its wall would cut every pod off DNS.
+    SelectsDnsNamespace(String),
     DnsNamespace(String),
     DnsPodLabels(String),
     DnsPorts(String),
@@ -286,7 +321,13 @@ pub enum SpecError {
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::OneSelector => write!(f, "spec: {ONE_SELECTOR_MESSAGE}"),
             Self::NamespaceLabel(error) => write!(f, "spec.namespaceLabel: {error}"),
+            Self::NamespaceSelector(error) => write!(f, "spec.namespaceSelector: {error}"),
+            Self::SelectsDnsNamespace(namespace) => write!(
+                f,
+                "spec.namespaceSelector selects the DNS namespace {namespace:?}: its wall would cut every pod of the cluster off DNS; exclude it (matchExpressions: {{key: {NAMESPACE_NAME_LABEL}, operator: NotIn, values: [{namespace}, ...]}})"
+            ),
             Self::DnsNamespace(namespace) => write!(
                 f,
                 "spec.dns.namespace {namespace:?} is not a namespace name (lowercase letters, digits and '-', at most 63 characters)"
@@ -308,7 +349,7 @@ impl fmt::Display for SpecError {
 impl std::error::Error for SpecError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::NamespaceLabel(error) => Some(error),
+            Self::NamespaceLabel(error) | Self::NamespaceSelector(error) => Some(error),
             _ => None,
         }
     }
@@ -319,6 +360,7 @@ impl NamespaceBaselineSpec {
     pub fn new(namespace_label: impl Into<String>) -> Self {
         Self {
             namespace_label: namespace_label.into(),
+            namespace_selector: None,
             allow_dns: true,
             dns: None,
             deletion_policy: DeletionPolicy::default(),
@@ -326,10 +368,27 @@ impl NamespaceBaselineSpec {
         }
     }
 
+    /// A spec covering the namespaces `selector` selects, with the seed's defaults.
+    pub fn selecting(selector: KubernetesSelector) -> Self {
+        Self {
+            namespace_selector: Some(selector),
+            ..Self::new("")
+        }
+    }
+
     /// The namespaces this baseline covers, or why the spec cannot be acted on.
     pub fn validate(&self) -> Result<LabelSelector, SpecError> {
-        let selector =
-            LabelSelector::parse(&self.namespace_label).map_err(SpecError::NamespaceLabel)?;
+        let selector = self.selector()?;
+        if self.namespace_selector.is_some() {
+            let dns_namespace = self
+                .dns
+                .as_ref()
+                .map_or_else(default_dns_namespace, |dns| dns.namespace.clone());
+            let name = dns_namespace.as_str();
+            if selector.matches_with(|key| (key == NAMESPACE_NAME_LABEL).then_some(name)) {
+                return Err(SpecError::SelectsDnsNamespace(dns_namespace));
+            }
+        }
         if let Some(dns) = &self.dns {
             if !is_dns_label(&dns.namespace) {
                 return Err(SpecError::DnsNamespace(dns.namespace.clone()));
@@ -354,6 +413,36 @@ impl NamespaceBaselineSpec {
             validate_dns_door(dns)?;
         }
         Ok(selector)
+    }
+
+    /// The namespace selector, from whichever of `namespaceLabel` and `namespaceSelector` is
+    /// set (exactly one must be).
+    fn selector(&self) -> Result<LabelSelector, SpecError> {
+        match (self.namespace_label.as_str(), &self.namespace_selector) {
+            (label, None) if !label.is_empty() => {
+                LabelSelector::parse(label).map_err(SpecError::NamespaceLabel)
+            }
+            ("", Some(selector)) => {
+                LabelSelector::from_kubernetes(selector).map_err(SpecError::NamespaceSelector)
+            }
+            _ => Err(SpecError::OneSelector),
+        }
+    }
+
+    /// How the spec selects its namespaces, for people: `namespaceLabel key=value` or
+    /// `namespaceSelector <the Kubernetes label-selector string>` (as written when it does
+    /// not read).
+    pub fn selector_words(&self) -> String {
+        match &self.namespace_selector {
+            None => format!("namespaceLabel {}", self.namespace_label),
+            Some(selector) => match LabelSelector::from_kubernetes(selector) {
+                Ok(selector) => format!("namespaceSelector {selector}"),
+                Err(_) => format!(
+                    "namespaceSelector {}",
+                    serde_json::to_string(selector).unwrap_or_default()
+                ),
+            },
+        }
     }
 
     /// The DNS target in effect (the default when `dns` is not set).
@@ -431,15 +520,50 @@ mod tests {
         assert_eq!(serde_json::to_value(&spec).unwrap(), value);
     }
 
+    #[rstest]
+    #[case::neither(json!({"allowDNS": true}))]
+    #[case::both(json!({"namespaceLabel": "a", "namespaceSelector": {}}))]
+    fn exactly_one_selector_is_required(#[case] spec: serde_json::Value) {
+        let spec: NamespaceBaselineSpec = serde_json::from_value(spec).unwrap();
+        assert_eq!(spec.validate(), Err(SpecError::OneSelector));
+        assert_eq!(
+            SpecError::OneSelector.to_string(),
+            format!("spec: {ONE_SELECTOR_MESSAGE}")
+        );
+    }
+
     #[test]
-    fn the_namespace_label_is_required() {
-        let error =
-            serde_json::from_value::<NamespaceBaselineSpec>(json!({"allowDNS": true})).unwrap_err();
-        assert!(error.to_string().contains("namespaceLabel"));
+    fn a_namespace_selector_round_trips_and_selects() {
+        let value = json!({
+            "namespaceSelector": {"matchExpressions": [
+                {"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": ["kube-system"]},
+                {"key": "hedronite.io/baseline-opt-out", "operator": "DoesNotExist"},
+            ]},
+            "allowDNS": true,
+            "deletionPolicy": "Orphan",
+            "mode": "Enforce",
+        });
+        let spec: NamespaceBaselineSpec = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&spec).unwrap(), value);
+        let selector = spec.validate().unwrap();
+        assert!(selector.matches_with(|key| (key == NAMESPACE_NAME_LABEL).then_some("team-a")));
+        assert!(selector.selects_new_namespaces());
+        assert_eq!(
+            spec.selector_words(),
+            "namespaceSelector kubernetes.io/metadata.name notin (kube-system),!hedronite.io/baseline-opt-out"
+        );
     }
 
     #[rstest]
     #[case(json!({"namespaceLabel": "a!=b"}), "spec.namespaceLabel")]
+    #[case(json!({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}}), "spec.namespaceSelector: matchExpressions: \"a\" has operator \"Gt\"")]
+    #[case(json!({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}), "spec.namespaceSelector: matchExpressions: \"a\" In needs at least one value")]
+    #[case(json!({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}}), "spec.namespaceSelector: matchExpressions: \"a\" Exists takes no values")]
+    #[case(json!({"namespaceSelector": {"matchLabels": {"a/b/c": "x"}}}), "spec.namespaceSelector: invalid label key")]
+    #[case(json!({"namespaceSelector": {"matchLabels": {"a": "-x"}}}), "spec.namespaceSelector: invalid label value")]
+    #[case(json!({"namespaceSelector": {}}), "spec.namespaceSelector selects the DNS namespace \"kube-system\"")]
+    #[case(json!({"namespaceSelector": {"matchExpressions": [{"key": "opt-out", "operator": "DoesNotExist"}]}}), "spec.namespaceSelector selects the DNS namespace \"kube-system\"")]
+    #[case(json!({"namespaceSelector": {"matchExpressions": [{"key": NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": ["kube-system"]}]}, "dns": {"namespace": "dns"}}), "spec.namespaceSelector selects the DNS namespace \"dns\"")]
     #[case(json!({"namespaceLabel": "a", "dns": {"namespace": "Kube_System"}}), "spec.dns.namespace")]
     #[case(json!({"namespaceLabel": "a", "dns": {"podLabels": {}}}), "spec.dns.podLabels")]
     #[case(json!({"namespaceLabel": "a", "dns": {"podLabels": {"app": "-x"}}}), "spec.dns.podLabels")]

@@ -25,6 +25,7 @@ impl BaselineSource for Host {
                 },
                 spec: namespace_baseline_core::admission::LiveBaselineSpec {
                     namespace_label: (*label).into(),
+                    namespace_selector: None,
                     mode: Default::default(),
                     allow_dns: i == 0,
                 },

@@ -228,6 +228,10 @@ pub struct LiveBaselineMetadata<'a> {
 pub struct LiveBaselineSpec<'a> {
     #[serde(borrow)]
     pub namespace_label: Text<'a>,
+    /// Read as JSON ([`super::netpol::label_selector`]): k8s-openapi's reader of the type
+    /// would cost the module more than the rules' own JSON reader it already holds.
+    #[serde(borrow)]
+    pub namespace_selector: Option<Json<'a>>,
     pub mode: Mode,
     #[serde(rename = "allowDNS")]
     pub allow_dns: bool,
@@ -238,6 +242,7 @@ impl Default for LiveBaselineSpec<'_> {
     fn default() -> Self {
         Self {
             namespace_label: Text::default(),
+            namespace_selector: None,
             mode: Mode::default(),
             allow_dns: true,
         }

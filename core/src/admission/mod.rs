@@ -18,6 +18,7 @@ mod view;
 
 use std::fmt;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubernetesSelector;
 use serde::Deserialize;
 
 pub use payload::{check_settings, evaluate, evaluate_in_host, read_request, settings_problem};
@@ -58,24 +59,19 @@ impl Verdict {
     }
 }
 
-/// A label that puts namespaces behind a wall, and the baseline it comes from when it was
-/// read from the cluster rather than the policy's settings.
+/// What puts namespaces behind a wall, and the baseline it comes from when it was read from
+/// the cluster rather than the policy's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Guard {
     pub selector: LabelSelector,
     pub baseline: Option<String>,
+    /// Written as a `namespaceSelector` (else a `namespaceLabel`).
+    pub namespace_selector: bool,
 }
 
 impl fmt::Display for Guard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.baseline {
-            Some(name) => write!(
-                f,
-                "NamespaceBaseline {name:?} (namespaceLabel {})",
-                self.selector
-            ),
-            None => write!(f, "the guard label {} (policy settings)", self.selector),
-        }
+        fmt::Display::fmt(&GuardRef::of(self), f)
     }
 }
 
@@ -97,6 +93,7 @@ pub struct LiveBaselineMetadata {
 #[serde(rename_all = "camelCase", default)]
 pub struct LiveBaselineSpec {
     pub namespace_label: String,
+    pub namespace_selector: Option<KubernetesSelector>,
     pub mode: Mode,
     /// Whether its wall has a DNS door (the CRD's default: `true`).
     #[serde(rename = "allowDNS")]
@@ -108,6 +105,7 @@ impl Default for LiveBaselineSpec {
     fn default() -> Self {
         Self {
             namespace_label: String::new(),
+            namespace_selector: None,
             mode: Mode::default(),
             allow_dns: true,
         }
@@ -115,17 +113,22 @@ impl Default for LiveBaselineSpec {
 }
 
 impl LiveBaseline {
-    /// The guard this baseline enforces, if any. A baseline whose `namespaceLabel` does not
-    /// parse guards nothing (the reconciler reports it; reading it as some other selector
-    /// could wall in the wrong namespaces), and an `Audit` baseline only observes.
+    /// The guard this baseline enforces, if any. A baseline whose `namespaceLabel` or
+    /// `namespaceSelector` does not read (or that sets both) guards nothing (the reconciler
+    /// reports it; reading it as some other selector could wall in the wrong namespaces),
+    /// and an `Audit` baseline only observes.
     pub fn guard(&self) -> Option<Guard> {
-        if self.spec.mode == Mode::Audit {
-            return None;
-        }
-        let selector = LabelSelector::parse(&self.spec.namespace_label).ok()?;
+        let live = view::LiveBaselineRef::of(self);
+        let guard = live.guard()?;
+        let namespace_selector = matches!(guard.selection, view::Selection::Selector(_));
+        let selector = match guard.selection {
+            view::Selection::Selector(selector) => selector.into_owned(),
+            view::Selection::Label(..) => LabelSelector::parse(&self.spec.namespace_label).ok()?,
+        };
         Some(Guard {
             selector,
             baseline: Some(self.metadata.name.clone()),
+            namespace_selector,
         })
     }
 }
@@ -296,5 +299,7 @@ pub fn review(request: &AdmissionRequest, gate: &Gate, source: &dyn BaselineSour
     rules::review(&RequestRef::of(request), &decider, &Typed(source))
 }
 
+#[cfg(test)]
+mod selector_tests;
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use super::json::Json as Value;
 use super::view::Text;
 use crate::holes::{Direction, Hole, PeerShape, hole};
-use crate::reach::{IpBlockShape, selects_unlabelled};
+use crate::reach::IpBlockShape;
+use crate::selector::{LabelSelector, SelectorError, selects_unlabelled};
 
 type Map<'a> = BTreeMap<Text<'a>, Value<'a>>;
 
@@ -141,6 +142,43 @@ pub(crate) fn rule<'v, 'a>(
         .and_then(|spec| field(spec, list))
         .and_then(Value::as_array)
         .and_then(|rules| rules.get(index))
+}
+
+/// A Kubernetes label selector read from JSON ([`LabelSelector::from_parts`]); one that is
+/// not shaped like one is refused as the API server would refuse it.
+pub(crate) fn label_selector(selector: &Value<'_>) -> Result<LabelSelector, SelectorError> {
+    let malformed = || SelectorError::NotASelector;
+    let selector = selector.as_object().ok_or_else(malformed)?;
+    let mut labels = Vec::new();
+    for (key, value) in field(selector, "matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        labels.push((&**key, value.as_str().ok_or_else(malformed)?));
+    }
+    let mut expressions = Vec::new();
+    for requirement in field(selector, "matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let requirement = requirement.as_object().ok_or_else(malformed)?;
+        let text = |name| field(requirement, name).and_then(Value::as_str);
+        let values = field(requirement, "values")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(Value::as_str)
+            .collect::<Option<Vec<&str>>>()
+            .ok_or_else(malformed)?;
+        expressions.push((
+            text("key").ok_or_else(malformed)?,
+            text("operator").ok_or_else(malformed)?,
+            values,
+        ));
+    }
+    LabelSelector::from_parts(labels, expressions)
 }
 
 /// Whether a label selector (absent: none) selects every namespace (or pod) anyone creates

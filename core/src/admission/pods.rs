@@ -176,8 +176,9 @@ pub(crate) fn review_pod_create<A: ReadBaselines, N: ReadObject, P: ReadObject>(
     // by one rather than sorted: a namespace has one guard, rarely two, and a sort would add
     // its code to the module.)
     let guards = |baseline: &&LiveBaselineRef<'_>| {
-        labels.contains_key(baseline.label_key())
-            && baseline.guard().is_some_and(|guard| guard.matches(labels))
+        baseline
+            .guard()
+            .is_some_and(|guard| guard.matches(labels, namespace))
     };
     let mut after: Option<&str> = None;
     while let Some(baseline) = baselines

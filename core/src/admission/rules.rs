@@ -4,7 +4,9 @@
 use super::json::Json;
 use super::netpol::{self, SPEC};
 use super::pods;
-use super::view::{GuardRef, Labels, LiveBaselineRef, ObjectRef, RequestRef, claims_management};
+use super::view::{
+    GuardRef, Labels, LiveBaselineRef, ObjectRef, RequestRef, Selection, claims_management,
+};
 use super::{
     Cluster, Decider, Exemption, HolesSetting, LiveBaseline, ReadBaselines, ReadObject, Verdict,
 };
@@ -18,7 +20,11 @@ pub type LiveBaselines = Result<Option<Vec<LiveBaseline>>, String>;
 /// context-aware.
 type Live<A> = Result<Option<A>, String>;
 
-const HOW_TO_LEAVE: &str = "to take a namespace out of the baseline, change the NamespaceBaseline's namespaceLabel; to remove the wall everywhere, delete the NamespaceBaseline with deletionPolicy: Delete";
+const HOW_TO_LEAVE: &str = "to take a namespace out of the baseline, change the NamespaceBaseline's namespaceLabel or namespaceSelector; to remove the wall everywhere, delete the NamespaceBaseline with deletionPolicy: Delete";
+
+/// The API server's own identity: it re-creates the namespaces it owns (`kube-node-lease`,
+/// `kube-public`) when they are missing, which a selector always excludes.
+pub const API_SERVER_USER: &str = "system:apiserver";
 
 /// Reviews a request, as far as the requester's exemption leaves it to the rules.
 pub(crate) fn review(
@@ -113,6 +119,9 @@ fn review_rules(
         match (operation, new, old) {
             ("UPDATE", Some(new), Some(old)) => {
                 review_namespace_update(old, new, &decider.guards, live)
+            }
+            ("CREATE", Some(new), _) => {
+                review_namespace_create(new, &request.user_info.username, &decider.guards, live)
             }
             _ => Verdict::Allow,
         }
@@ -337,9 +346,11 @@ fn unreadable(error: &str, deny: impl Fn(&str) -> Verdict) -> Verdict {
     ))
 }
 
-/// UPDATE of a Namespace: it may not stop matching a guard it matched. The guards from
-/// the settings are checked first; the live baselines are read only when labels changed
-/// and the settings alone allow the update.
+/// UPDATE of a Namespace: it may not stop matching a guard it matched (whatever the
+/// guard's form: dropping a `namespaceLabel`, adding an opt-out label a `DoesNotExist` term
+/// reads, changing a label a `NotIn` or `In` term reads). The guards from the settings are
+/// checked first; the live baselines are read only when labels changed and the settings
+/// alone allow the update.
 fn review_namespace_update<A: ReadBaselines>(
     old: &ObjectRef<'_>,
     new: &ObjectRef<'_>,
@@ -350,12 +361,18 @@ fn review_namespace_update<A: ReadBaselines>(
     if before == after {
         return Verdict::Allow;
     }
-    let leaves = |guard: &GuardRef<'_>| guard.matches(before) && !guard.matches(after);
+    let name: &str = &old.metadata.name;
+    let leaves = |guard: &GuardRef<'_>| guard.matches(before, name) && !guard.matches(after, name);
     let deny = |guard: &GuardRef<'_>| {
+        let keep = match &guard.selection {
+            Selection::Label(..) => format!("Keep the label {}", guard.selection),
+            Selection::Selector(_) => format!(
+                "It would no longer meet {}: undo that change",
+                guard.unmet(after, name).unwrap_or_default()
+            ),
+        };
         Verdict::Deny(format!(
-            "namespace {:?} is guarded by {guard}: this change to its labels would take it out of the baseline and leave its network wall unmanaged. Keep the label {}, or ask the platform team to change the NamespaceBaseline",
-            old.metadata.name,
-            guard.selector()
+            "namespace {name:?} is guarded by {guard}: this change to its labels would take it out of the baseline and leave its network wall unmanaged. {keep}, or ask the platform team to change the NamespaceBaseline"
         ))
     };
     if let Some(guard) = guards.iter().find(|guard| leaves(guard)) {
@@ -365,8 +382,7 @@ fn review_namespace_update<A: ReadBaselines>(
     // leaves a baseline, and a retry is cheap.
     let failed = |error: &str| {
         Verdict::Deny(format!(
-            "namespace {:?}: its labels changed and the live NamespaceBaselines could not be read to check them ({error}); retry, or ask the platform team",
-            old.metadata.name
+            "namespace {name:?}: its labels changed and the live NamespaceBaselines could not be read to check them ({error}); retry, or ask the platform team"
         ))
     };
     let answer = match live() {
@@ -382,8 +398,66 @@ fn review_namespace_update<A: ReadBaselines>(
     }
 }
 
-/// The first live baseline's guard that `decides`, reading (and parsing the `namespaceLabel`
-/// of) only the baselines whose label key the namespace carries: no other can match it.
+/// CREATE of a Namespace: a guard that covers every new namespace (an "every namespace
+/// except..." selector) may not be left by creating a namespace it excludes, already
+/// carrying an opt-out label or named like an excluded namespace (its
+/// `kubernetes.io/metadata.name` listed by a `NotIn` term): a tenant cannot opt out alone.
+/// Exempt identities may (the rules never see their requests), and so may the API server
+/// re-creating its own namespaces ([`API_SERVER_USER`]). A `namespaceLabel` covers only
+/// the namespaces carrying it, so creating one without it is no way out. When the live
+/// baselines cannot be read, a namespace created with labels of its own is refused (retry);
+/// one without is allowed, so that a failed read does not stop every namespace creation.
+fn review_namespace_create<A: ReadBaselines>(
+    new: &ObjectRef<'_>,
+    username: &str,
+    guards: &[GuardRef<'_>],
+    live: impl FnOnce() -> Live<A>,
+) -> Verdict {
+    if username == API_SERVER_USER {
+        return Verdict::Allow;
+    }
+    let (labels, name) = (&new.metadata.labels, &*new.metadata.name);
+    let excludes =
+        |guard: &GuardRef<'_>| guard.covers_new_namespaces() && !guard.matches(labels, name);
+    let deny = |guard: &GuardRef<'_>| {
+        Verdict::Deny(format!(
+            "namespace {name:?} would be created outside {guard}, which walls every new namespace but those it excludes: it does not meet {}. Only an exempt identity may create a namespace the baseline leaves out: create it without that label or under another name, or ask the platform team",
+            guard.unmet(labels, name).unwrap_or_default()
+        ))
+    };
+    if let Some(guard) = guards.iter().find(|guard| excludes(guard)) {
+        return deny(guard);
+    }
+    let own_labels = labels
+        .keys()
+        .any(|key| &**key != crate::selector::NAMESPACE_NAME_LABEL);
+    let failed = |error: &str| {
+        if own_labels {
+            Verdict::Deny(format!(
+                "namespace {name:?}: it is created with labels and the live NamespaceBaselines could not be read to check that none leaves it out of a baseline ({error}); retry, or ask the platform team"
+            ))
+        } else {
+            Verdict::Allow
+        }
+    };
+    let answer = match live() {
+        Ok(None) => return Verdict::Allow,
+        Ok(Some(answer)) => answer,
+        Err(error) => return failed(&error),
+    };
+    match answer.read() {
+        Ok(baselines) => baselines
+            .iter()
+            .filter_map(LiveBaselineRef::guard)
+            .find(|guard| excludes(guard))
+            .map_or(Verdict::Allow, |guard| deny(&guard)),
+        Err(error) => failed(&error),
+    }
+}
+
+/// The first live baseline's guard that `decides`, reading (and parsing the selector of)
+/// only the baselines that may cover a namespace with these labels
+/// ([`LiveBaselineRef::may_cover`]).
 fn first_guard<'b>(
     baselines: &'b [LiveBaselineRef<'_>],
     labels: &Labels<'_>,
@@ -391,7 +465,7 @@ fn first_guard<'b>(
 ) -> Option<GuardRef<'b>> {
     baselines
         .iter()
-        .filter(|baseline| labels.contains_key(baseline.label_key()))
+        .filter(|baseline| baseline.may_cover(labels))
         .filter_map(LiveBaselineRef::guard)
         .find(|guard| decides(guard))
 }
@@ -489,7 +563,10 @@ fn instead_briefly(width: Width) -> &'static str {
 fn walled_by(guard: &GuardRef<'_>) -> String {
     match guard.baseline {
         Some(name) => format!("NamespaceBaseline {name:?}"),
-        None => format!("the guard label {}", guard.selector()),
+        None => match guard.selection {
+            Selection::Label(..) => format!("the guard label {}", guard.selection),
+            Selection::Selector(_) => format!("the guard selector {}", guard.selection),
+        },
     }
 }
 
@@ -548,8 +625,9 @@ fn review_policy_holes<N: ReadObject, A: ReadBaselines>(
         Ok(view) => view,
         Err(error) => return unchecked(Read::Namespace, &error),
     };
-    let labels = &view.metadata.labels;
-    if let Some(guard) = guards.iter().find(|guard| guard.matches(labels)) {
+    let (labels, name) = (&view.metadata.labels, &*view.metadata.name);
+    let name = if name.is_empty() { namespace } else { name };
+    if let Some(guard) = guards.iter().find(|guard| guard.matches(labels, name)) {
         return walled(guard);
     }
     let answer = match live() {
@@ -558,7 +636,7 @@ fn review_policy_holes<N: ReadObject, A: ReadBaselines>(
         Err(error) => return unchecked(Read::Baselines, &error),
     };
     match answer.read() {
-        Ok(baselines) => first_guard(&baselines, labels, |guard| guard.matches(labels))
+        Ok(baselines) => first_guard(&baselines, labels, |guard| guard.matches(labels, name))
             .map_or(Verdict::Allow, |guard| walled(&guard)),
         Err(error) => unchecked(Read::Baselines, &error),
     }

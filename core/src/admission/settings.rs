@@ -7,7 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub use super::borrowed::PolicySettings as SettingsRef;
 use super::view::{GuardRef, Text};
 use crate::identity::{reconciler_username, service_account_username};
-use crate::selector::{LabelSelector, is_valid_subdomain};
+use crate::selector::{LabelSelector, SelectorError, is_valid_subdomain};
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -214,6 +214,7 @@ impl PolicySettings {
                 .map(|selector| super::Guard {
                     selector,
                     baseline: None,
+                    namespace_selector: false,
                 })
                 .collect(),
             context_aware: self.context_aware,
@@ -244,8 +245,16 @@ impl SettingsRef<'_> {
         }
         for (index, selector) in self.guard_selectors.iter().enumerate() {
             if let Err(error) = LabelSelector::split(selector) {
+                // guardSelectors takes the short form only; a selector's guard comes from
+                // its live baseline.
+                let selector_hint = match error {
+                    SelectorError::NotEqual | SelectorError::SetOrList => {
+                        " (guardSelectors takes namespaceLabel values only: a namespaceSelector baseline is guarded with contextAware: true)"
+                    }
+                    _ => "",
+                };
                 problems.push(format!(
-                    "guardSelectors[{index}] {:?}: {error}",
+                    "guardSelectors[{index}] {:?}: {error}{selector_hint}",
                     &**selector
                 ));
             }
@@ -446,6 +455,7 @@ mod tests {
     #[rstest]
     #[case::nothing_guarded(json!({}), "no namespace would be guarded")]
     #[case::bad_selector(json!({"guardSelectors": ["a!=b"]}), "guardSelectors[0] \"a!=b\"")]
+    #[case::set_expression(json!({"guardSelectors": ["tier=a,team=b"]}), "a namespaceSelector baseline is guarded with contextAware: true")]
     #[case::empty_selector(json!({"guardSelectors": ["ok", ""]}), "guardSelectors[1]")]
     #[case::empty_reconciler(json!({"contextAware": true, "reconcilerUsername": " "}), "reconcilerUsername is empty")]
     #[case::empty_user(json!({"contextAware": true, "exemptUsers": [""]}), "exemptUsers[0] is empty")]

@@ -19,7 +19,7 @@ pub(crate) use super::borrowed::{
 use super::json::Json;
 use super::{AdmissionRequest, ObjectView};
 use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::selector::LabelSelector;
+use crate::selector::{LabelSelector, NAMESPACE_NAME_LABEL, short_form_holds};
 use crate::spec::Mode;
 
 /// A string of the payload: borrowed unless it had escapes to undo.
@@ -171,14 +171,23 @@ fn owned_json(value: &serde_json::Value) -> Json<'static> {
         .unwrap_or_default()
 }
 
-/// A label that puts namespaces behind a wall ([`super::Guard`], borrowed): `key=value` or
-/// `key`, and the baseline it comes from when it was read from the cluster rather than the
-/// policy's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What puts namespaces behind a wall ([`super::Guard`], borrowed): a `namespaceLabel` or a
+/// `namespaceSelector`, and the baseline it comes from when it was read from the cluster
+/// rather than the policy's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GuardRef<'a> {
-    pub key: &'a str,
-    pub value: Option<&'a str>,
+    pub selection: Selection<'a>,
     pub baseline: Option<&'a str>,
+}
+
+/// A guard's selector, evaluated by the one selector engine ([`crate::selector`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Selection<'a> {
+    /// A `namespaceLabel`: its key and value, borrowed from where it was read (no copy per
+    /// request).
+    Label(&'a str, Option<&'a str>),
+    /// A `namespaceSelector`, read.
+    Selector(Cow<'a, LabelSelector>),
 }
 
 impl<'a> GuardRef<'a> {
@@ -186,60 +195,99 @@ impl<'a> GuardRef<'a> {
     pub fn parse(namespace_label: &'a str, baseline: Option<&'a str>) -> Option<Self> {
         let (key, value) = LabelSelector::split(namespace_label).ok()?;
         Some(Self {
-            key,
-            value,
+            selection: Selection::Label(key, value),
             baseline,
         })
     }
 
     /// The guard of the public [`super::Guard`].
     pub fn of(guard: &'a super::Guard) -> Self {
+        let selection = match guard.selector.short_form() {
+            Some((key, value)) if !guard.namespace_selector => Selection::Label(key, value),
+            _ => Selection::Selector(Cow::Borrowed(&guard.selector)),
+        };
         Self {
-            key: guard.selector.key(),
-            value: guard.selector.value(),
+            selection,
             baseline: guard.baseline.as_deref(),
         }
     }
 
-    /// Whether a namespace with these labels is covered ([`LabelSelector::matches`]).
-    pub fn matches(&self, labels: &Labels<'_>) -> bool {
-        match (self.value, labels.get(self.key)) {
-            (_, None) => false,
-            (None, Some(_)) => true,
-            (Some(wanted), Some(actual)) => wanted == &**actual,
+    /// Whether the namespace `name` with these labels is covered ([`LabelSelector::selects`]:
+    /// its [`NAMESPACE_NAME_LABEL`] is its name, whether the labels carry it or not).
+    pub fn matches(&self, labels: &Labels<'_>, name: &str) -> bool {
+        self.unmet(labels, name).is_none()
+    }
+
+    /// What the namespace `name` with these labels does not meet, for a message (`None`: it
+    /// is covered).
+    pub fn unmet(&self, labels: &Labels<'_>, name: &str) -> Option<String> {
+        let label = |key: &str| {
+            labels
+                .get(key)
+                .map(|value| &**value)
+                .or_else(|| (key == NAMESPACE_NAME_LABEL).then_some(name))
+        };
+        match &self.selection {
+            Selection::Label(key, value) => {
+                (!short_form_holds(*value, label(key))).then(|| self.selection.to_string())
+            }
+            Selection::Selector(selector) => selector.first_unmet(label).map(ToString::to_string),
         }
     }
 
-    /// The selector as written (`key=value` or `key`).
-    pub fn selector(&self) -> Selector<'a> {
-        Selector(self.key, self.value)
+    /// Whether it covers every namespace created without a label of its own
+    /// ([`LabelSelector::selects_new_namespaces`]): never a `namespaceLabel`.
+    pub fn covers_new_namespaces(&self) -> bool {
+        match &self.selection {
+            Selection::Label(..) => false,
+            Selection::Selector(selector) => selector.selects_new_namespaces(),
+        }
     }
 }
 
-/// `key=value` or `key`, as [`LabelSelector`] displays itself.
-pub(crate) struct Selector<'a>(&'a str, Option<&'a str>);
-
-impl fmt::Display for Selector<'_> {
+/// `key=value` or `key` as written, or the selector's Kubernetes string form, as
+/// [`LabelSelector`] displays itself.
+impl fmt::Display for Selection<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)?;
-        if let Some(value) = self.1 {
-            f.write_str("=")?;
-            f.write_str(value)?;
+        match self {
+            Self::Label(key, value) => {
+                f.write_str(key)?;
+                if let Some(value) = value {
+                    f.write_str("=")?;
+                    f.write_str(value)?;
+                }
+                Ok(())
+            }
+            Self::Selector(selector) => fmt::Display::fmt(selector, f),
         }
-        Ok(())
+    }
+}
+
+/// The selector with the field it was written in.
+pub(crate) struct Worded<'s, 'a>(pub &'s Selection<'a>);
+
+impl fmt::Display for Worded<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Selection::Label(..) => write!(f, "namespaceLabel {}", self.0),
+            Selection::Selector(_) => write!(f, "namespaceSelector {}", self.0),
+        }
     }
 }
 
 /// As [`super::Guard`] displays itself.
 impl fmt::Display for GuardRef<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.baseline {
-            Some(name) => write!(
-                f,
-                "NamespaceBaseline {name:?} (namespaceLabel {})",
-                self.selector()
-            ),
-            None => write!(f, "the guard label {} (policy settings)", self.selector()),
+        match (self.baseline, &self.selection) {
+            (Some(name), selection) => {
+                write!(f, "NamespaceBaseline {name:?} ({})", Worded(selection))
+            }
+            (None, Selection::Label(..)) => {
+                write!(f, "the guard label {} (policy settings)", self.selection)
+            }
+            (None, Selection::Selector(_)) => {
+                write!(f, "the guard selector {} (policy settings)", self.selection)
+            }
         }
     }
 }
@@ -252,6 +300,9 @@ impl<'a> LiveBaselineRef<'a> {
             },
             spec: LiveBaselineSpecRef {
                 namespace_label: Text::from(baseline.spec.namespace_label.as_str()),
+                namespace_selector: baseline.spec.namespace_selector.as_ref().map(|selector| {
+                    owned_json(&serde_json::to_value(selector).unwrap_or_default())
+                }),
                 mode: baseline.spec.mode,
                 allow_dns: baseline.spec.allow_dns,
             },
@@ -263,14 +314,30 @@ impl<'a> LiveBaselineRef<'a> {
         if self.spec.mode == Mode::Audit {
             return None;
         }
-        GuardRef::parse(&self.spec.namespace_label, Some(&self.metadata.name))
+        let name = Some(&*self.metadata.name);
+        match (&*self.spec.namespace_label, &self.spec.namespace_selector) {
+            (label, None) => GuardRef::parse(label, name),
+            ("", Some(selector)) => Some(GuardRef {
+                selection: Selection::Selector(Cow::Owned(
+                    super::netpol::label_selector(selector).ok()?,
+                )),
+                baseline: name,
+            }),
+            // Both: the reconciler reports the spec invalid and acts on neither.
+            _ => None,
+        }
     }
 
-    /// The key part of its `namespaceLabel` (whether or not the rest is valid): only a
-    /// namespace carrying that key can match it.
-    pub fn label_key(&self) -> &str {
+    /// Whether it may cover a namespace with these labels, read without parsing its
+    /// selector: a `namespaceLabel` only a namespace carrying its key (or any namespace, when
+    /// the key is [`NAMESPACE_NAME_LABEL`]); a `namespaceSelector` any namespace.
+    pub fn may_cover(&self, labels: &Labels<'_>) -> bool {
+        if self.spec.namespace_selector.is_some() {
+            return true;
+        }
         let label: &str = &self.spec.namespace_label;
-        label.split_once('=').map_or(label, |(key, _)| key)
+        let key = label.split_once('=').map_or(label, |(key, _)| key);
+        key == NAMESPACE_NAME_LABEL || labels.contains_key(key)
     }
 }
 

@@ -13,6 +13,7 @@ pub fn yaml() -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use namespace_baseline_core::spec::{ONE_SELECTOR_MESSAGE, ONE_SELECTOR_RULE};
     use serde_json::Value;
 
     const COMMITTED: &str = include_str!("../../../deploy/crd.yaml");
@@ -116,8 +117,14 @@ mod tests {
         );
         let schema = schema();
         let spec = &schema["properties"]["spec"];
-        assert_eq!(spec["required"], serde_json::json!(["namespaceLabel"]));
+        // Exactly one of namespaceLabel and namespaceSelector, said by a validation rule.
+        assert_eq!(spec["required"], Value::Null);
+        assert_eq!(
+            spec["x-kubernetes-validations"],
+            serde_json::json!([{"rule": ONE_SELECTOR_RULE, "message": ONE_SELECTOR_MESSAGE}])
+        );
         assert_eq!(spec["properties"]["namespaceLabel"]["type"], "string");
+        assert_eq!(spec["properties"]["namespaceSelector"]["type"], "object");
         assert_eq!(spec["properties"]["allowDNS"]["type"], "boolean");
         assert_eq!(spec["properties"]["allowDNS"]["default"], true);
         assert_eq!(spec["properties"]["deletionPolicy"]["default"], "Orphan");

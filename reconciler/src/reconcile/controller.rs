@@ -236,6 +236,7 @@ async fn converge(
         generation: baseline.meta().generation,
         mode: baseline.spec.mode,
         namespaces: 0,
+        left_out: None,
         objects_applied: 0,
         drifted: 0,
         failure: None,
@@ -269,6 +270,10 @@ async fn converge(
                 matched.replace(&name, all)
             }),
     };
+    report.left_out = Some(core_plan::count_left_out(
+        planner.selector(),
+        &ctx.caches.namespaces.state(),
+    ));
     let found = core_plan::holes(&planner, policies);
     let (mut holes, new_holes) = ctx.state.holes.update(&name, scope, &found);
     measure_reach(&mut holes, &ctx.caches);

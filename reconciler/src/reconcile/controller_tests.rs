@@ -43,12 +43,24 @@ fn guarded_namespaces() -> Vec<k8s_openapi::api::core::v1::Namespace> {
     ]
 }
 
-/// The status a converged baseline already carries.
-fn converged(mut baseline: NamespaceBaseline, namespaces: u32) -> NamespaceBaseline {
+/// The status a converged baseline already carries, among [`guarded_namespaces`].
+fn converged(baseline: NamespaceBaseline, namespaces: u32) -> NamespaceBaseline {
+    let live = u32::try_from(guarded_namespaces().len()).unwrap();
+    converged_among(baseline, namespaces, live - namespaces)
+}
+
+/// The status a converged baseline already carries, covering `namespaces` and leaving out
+/// `left_out`.
+fn converged_among(
+    mut baseline: NamespaceBaseline,
+    namespaces: u32,
+    left_out: u32,
+) -> NamespaceBaseline {
     let report = Report {
         generation: baseline.meta().generation,
         mode: baseline.spec.mode,
         namespaces,
+        left_out: Some(left_out),
         objects_applied: 0,
         drifted: 0,
         failure: None,
@@ -773,7 +785,7 @@ async fn policies_without_the_managed_labels_are_never_touched() {
     let mut guarded = baseline("guarded", spec);
     guarded.meta_mut().finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
     let harness = Harness::new(namespaces, foreign, Box::new(healthy));
-    run(&harness, converged(guarded, 0)).await.unwrap();
+    run(&harness, converged_among(guarded, 0, 1)).await.unwrap();
     assert!(harness.requests().await.is_empty());
 }
 

@@ -44,6 +44,8 @@ pub struct Report {
     pub mode: Mode,
     /// Namespaces matched by the selector.
     pub namespaces: u32,
+    /// Live namespaces the selector leaves out; `None` when not counted (an invalid spec).
+    pub left_out: Option<u32>,
     /// NetworkPolicy writes (applies and deletes) made.
     pub objects_applied: u32,
     /// Wall objects that still differ from the desired wall after this reconcile: in
@@ -131,6 +133,7 @@ pub fn desired(
     NamespaceBaselineStatus {
         observed_generation: report.generation,
         namespaces: report.namespaces,
+        namespaces_left_out: report.left_out,
         objects_applied: report.objects_applied,
         drifted: Some(report.drifted),
         drift_repairs: Some(previous_repairs + u64::from(report.drift_repairs)),
@@ -257,6 +260,7 @@ mod tests {
             generation: Some(3),
             mode: Mode::Enforce,
             namespaces: 2,
+            left_out: Some(3),
             objects_applied: 4,
             drifted: 0,
             failure: None,
@@ -275,6 +279,7 @@ mod tests {
         let status = desired(None, &report(), &time(100));
         assert_eq!(status.observed_generation, Some(3));
         assert_eq!(status.namespaces, 2);
+        assert_eq!(status.namespaces_left_out, Some(3));
         assert_eq!(status.objects_applied, 4);
         assert_eq!(status.drifted, Some(0));
         let ready = condition(&status, READY);

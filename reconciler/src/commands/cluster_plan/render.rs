@@ -23,15 +23,39 @@ fn deletion_policy_name(policy: DeletionPolicy) -> &'static str {
     }
 }
 
+/// `  VERB N namespaces: a, b, c[ and M more]`, with a newline: the namespaces a baseline
+/// guards, or those its `namespaceSelector` leaves out (what "every namespace except..."
+/// excepts), the first [`TEXT_NAMESPACES`] by name.
+fn namespace_line(verb: &str, names: &[String]) -> String {
+    let shown: Vec<&str> = names
+        .iter()
+        .take(TEXT_NAMESPACES)
+        .map(String::as_str)
+        .collect();
+    let more = names.len() - shown.len();
+    format!(
+        "  {verb} {} namespace{}{}{}{}\n",
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        if shown.is_empty() { "" } else { ": " },
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )
+}
+
 /// The plan for people.
 pub fn render_text(report: &Report) -> String {
     let mut out = String::new();
     for baseline in &report.baselines {
         let _ = writeln!(
             out,
-            "NamespaceBaseline {} (namespaceLabel {}; {}, deletionPolicy {}, allowDNS {}; from {})",
+            "NamespaceBaseline {} ({}; {}, deletionPolicy {}, allowDNS {}; from {})",
             baseline.name,
-            baseline.namespace_label,
+            baseline.selector,
             mode_name(baseline.mode),
             deletion_policy_name(baseline.deletion_policy),
             baseline.allow_dns,
@@ -50,26 +74,10 @@ pub fn render_text(report: &Report) -> String {
                 }
             );
         } else {
-            let shown: Vec<&str> = baseline
-                .guarded
-                .iter()
-                .take(TEXT_NAMESPACES)
-                .map(String::as_str)
-                .collect();
-            let more = baseline.guarded.len().saturating_sub(shown.len());
-            let _ = writeln!(
-                out,
-                "  guards {} namespace{}{}{}{}",
-                baseline.guarded.len(),
-                if baseline.guarded.len() == 1 { "" } else { "s" },
-                if shown.is_empty() { "" } else { ": " },
-                shown.join(", "),
-                if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
-                }
-            );
+            out.push_str(&namespace_line("guards", &baseline.guarded));
+            if baseline.namespace_label.is_empty() {
+                out.push_str(&namespace_line("leaves out", &baseline.left_out));
+            }
         }
         for change in &baseline.changes {
             let (sign, verb) = match change.action {
@@ -172,4 +180,32 @@ pub fn render_text(report: &Report) -> String {
         let _ = writeln!(out, "No changes: the wall is in place{tail}.");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn names(count: usize) -> Vec<String> {
+        (0..count).map(|index| format!("ns-{index}")).collect()
+    }
+
+    #[rstest]
+    #[case(0, "  leaves out 0 namespaces\n")]
+    #[case(1, "  leaves out 1 namespace: ns-0\n")]
+    #[case(2, "  leaves out 2 namespaces: ns-0, ns-1\n")]
+    fn names_what_is_left_out(#[case] count: usize, #[case] expected: &str) {
+        assert_eq!(namespace_line("leaves out", &names(count)), expected);
+    }
+
+    #[test]
+    fn counts_beyond_the_listed() {
+        let line = namespace_line("guards", &names(TEXT_NAMESPACES + 3));
+        assert!(line.starts_with("  guards 53 namespaces: ns-0, "), "{line}");
+        assert!(
+            line.ends_with(&format!("ns-{} and 3 more\n", TEXT_NAMESPACES - 1)),
+            "{line}"
+        );
+    }
 }

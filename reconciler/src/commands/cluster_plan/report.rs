@@ -69,12 +69,14 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, input: &PlanInput) -> Ba
         name: name.clone(),
         origin: origin.to_owned(),
         namespace_label: spec.namespace_label.clone(),
+        selector: spec.selector_words(),
         mode: spec.mode,
         deletion_policy: spec.deletion_policy,
         allow_dns: spec.allow_dns,
         deleting: baseline.metadata.deletion_timestamp.is_some(),
         invalid: None,
         guarded: Vec::new(),
+        left_out: Vec::new(),
         changes: Vec::new(),
         drift: Vec::new(),
         orphaned: Vec::new(),
@@ -114,6 +116,7 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, input: &PlanInput) -> Ba
                     HoleItem { namespace, hole }
                 })
                 .collect();
+            report.left_out = planner.left_out_names().map(str::to_owned).collect();
             for namespace in planner.namespaces() {
                 if namespace.selected {
                     report.guarded.push(namespace.namespace.to_owned());
@@ -236,6 +239,8 @@ pub struct BaselineReport {
     /// "FILE: document N[, item M]", or "cluster".
     pub origin: String,
     pub namespace_label: String,
+    /// How it selects its namespaces: `namespaceLabel ...` or `namespaceSelector ...`.
+    pub selector: String,
     pub mode: Mode,
     pub deletion_policy: DeletionPolicy,
     #[serde(rename = "allowDNS")]
@@ -246,6 +251,9 @@ pub struct BaselineReport {
     pub invalid: Option<String>,
     /// The namespaces behind its wall (selected and not terminating), by name.
     pub guarded: Vec<String>,
+    /// The live namespaces its selector leaves out, by name: what "every namespace
+    /// except..." excepts.
+    pub left_out: Vec<String>,
     /// The writes the reconciler would make, in order.
     pub changes: Vec<ChangeItem>,
     /// `Audit`: the changes found, reported in status, not written.

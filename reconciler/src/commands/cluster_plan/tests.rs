@@ -277,11 +277,13 @@ fn json_has_the_documented_shape() {
             "guarded",
             "holes",
             "invalid",
+            "leftOut",
             "mode",
             "name",
             "namespaceLabel",
             "origin",
-            "orphaned"
+            "orphaned",
+            "selector"
         ]
     );
     assert_eq!(strict["name"], "strict");
@@ -335,12 +337,14 @@ fn an_object_of_the_wrong_shape_names_the_file_document_and_object() {
 }
 
 #[test]
-fn a_baseline_without_its_required_field_names_it() {
-    let message = error_of(&["bad/no-label.yaml"], Some("converged/cluster"));
+fn a_baseline_without_a_selector_is_invalid_and_says_which_fields() {
+    let report = plan_of(&["bad/no-label.yaml"], "converged/cluster");
+    let invalid = report.baselines[0].invalid.clone().unwrap_or_default();
     assert!(
-        message.contains("bad/no-label.yaml: document 1: NamespaceBaseline unlabelled cannot be read: missing field `namespaceLabel`"),
-        "{message}"
+        invalid.contains(namespace_baseline_core::spec::ONE_SELECTOR_MESSAGE),
+        "{invalid}"
     );
+    assert_eq!(report.exit_code(), super::EXIT_ERROR);
 }
 
 #[rstest::rstest]
