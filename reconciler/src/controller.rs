@@ -54,6 +54,8 @@ pub struct Settings {
     /// The reconciler's own NetworkPolicy (namespace, name), whose egress door to the API
     /// server is checked against the API server's endpoints; `None`: not checked.
     pub api_door: Option<(String, String)>,
+    /// Write OpenReports Reports while their CRDs are served (`--openreports`).
+    pub reports: bool,
 }
 
 /// Everything a reconcile needs, for one leadership term.
@@ -64,6 +66,8 @@ pub struct Context {
     pub settings: Settings,
     /// Shared with the HTTP server and the next term.
     pub state: Arc<State>,
+    /// The OpenReports side of this term.
+    pub reports: crate::reports::Reports,
 }
 
 impl Context {
@@ -80,6 +84,7 @@ impl Context {
         };
         Self {
             recorder: Recorder::new(client.clone(), reporter),
+            reports: crate::reports::Reports::new(settings.reports),
             client,
             caches,
             settings,
@@ -198,6 +203,7 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
             let status_changed = write_status(baseline, ctx, previous.as_ref(), &report).await?;
             announce(baseline, ctx, &report, &counts, status_changed).await;
             announce_doors_and_holes(baseline, ctx, previous.as_ref(), &report, new_holes).await;
+            crate::reports::write::write(ctx, baseline, &scope, &report).await;
             Ok(Action::requeue(ctx.settings.resync))
         }
         Some(error) => {
@@ -470,6 +476,7 @@ async fn clean_up(
             info!(baseline = %name, deleted = counts.deleted, "wall removed with its baseline");
         }
     }
+    crate::reports::write::remove_all(ctx, &name).await?;
     let finalizers = baseline
         .finalizers()
         .iter()

@@ -17,6 +17,7 @@ pub mod namespace_cache;
 pub mod panics;
 pub mod plan;
 pub mod policy_cache;
+pub mod reports;
 pub mod retry;
 pub mod run;
 pub mod scope;

@@ -175,7 +175,11 @@ pub async fn run(
         state.clone(),
         instance,
     ));
+    // OpenReports: followed beside the controller; their appearance reconciles every baseline.
+    let (reports, reports_appeared) =
+        crate::reports::detect::follow(ctx.client.clone(), ctx.reports.clone());
     let mut controller = Controller::for_stream(baseline_events, baselines.clone())
+        .reconcile_all_on(reports_appeared)
         .reconcile_on(namespace_triggers)
         .watches_stream(policy_events, for_policy);
     if let Some(dns) = dns {
@@ -199,6 +203,7 @@ pub async fn run(
                 Err(error) => debug!(%error, "controller event"),
             }
         });
+    let controller = crate::reports::detect::alongside(reports, controller);
     match api_door {
         // The door's guard runs as long as the controller; it never ends on its own.
         Some(guard) => {
