@@ -9,6 +9,7 @@
 mod common;
 mod s10_plan;
 mod s11_doors_holes;
+mod s12_openreports;
 mod s1_crd;
 mod s2_s3_wall;
 mod s4_quiet;
