@@ -90,3 +90,6 @@ impl Reports {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
