@@ -27,7 +27,9 @@
 #
 # Environment: CARGO (default cargo), CARGO_TARGET_DIR, NSB_RECONCILER_LOG (RUST_LOG of the
 # reconciler, default info), NSB_BENCH_OUT (the combined table, default a temp file),
-# NSB_BENCH_PRIORITY (default 1).
+# NSB_BENCH_PRIORITY (default 1), NSB_BENCH_OPENREPORTS=1 (apply the openreports.io Report CRD,
+# reports-api v0.2.1 from the Go module proxy, to each fresh control plane before the
+# reconciler starts: the same phases with the reports written).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -91,6 +93,21 @@ nsb_say "the reconciler measured: $NSB_RECONCILER_BIN"
 [[ -x "$NSB_RECONCILER_BIN" && -x "$BENCH" ]] || { echo "!! binaries not found in $OUT_DIR" >&2; exit 1; }
 export NSB_RECONCILER_LOG="${NSB_RECONCILER_LOG:-info}"
 
+# With NSB_BENCH_OPENREPORTS=1: the Report CRD applied to each fresh control plane.
+openreports_crd=""
+if [[ "${NSB_BENCH_OPENREPORTS:-0}" == 1 ]]; then
+  reports_api="$(cd / && GOFLAGS=-mod=mod go mod download -json github.com/openreports/reports-api@v0.2.1 |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  openreports_crd="$reports_api/config/crd/openreports.io_reports.yaml"
+  [[ -f "$openreports_crd" ]] || { echo "!! no OpenReports CRD at $openreports_crd" >&2; exit 1; }
+fi
+apply_openreports_crd() {
+  [[ -n "$openreports_crd" ]] || return 0
+  nsb_say "applying the OpenReports Report CRD"
+  kubectl --kubeconfig "$KUBECONFIG" apply --server-side -f "$openreports_crd" >&2
+  kubectl --kubeconfig "$KUBECONFIG" wait --for=condition=Established --timeout=60s crd/reports.openreports.io >&2
+}
+
 TABLE="${NSB_BENCH_OUT:-$(mktemp "${TMPDIR:-/tmp}/nsb-bench.XXXXXX.md")}"
 : >"$TABLE"
 LOG="$(mktemp "${TMPDIR:-/tmp}/nsb-bench.XXXXXX.log")"
@@ -117,6 +134,7 @@ else
     nsb_say "N = $size: starting a fresh control plane"
     nsb_start_control_plane
     export TEST_KUBECONFIG="$KUBECONFIG"
+    apply_openreports_crd
     prioritize "$NSB_APISERVER_PID" "$NSB_ETCD_PID"
     nsb_say "load average $(loadavg)"
     set +e

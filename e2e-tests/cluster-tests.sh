@@ -15,6 +15,8 @@
 # (RUST_LOG of the reconcilers), TEST_KUBECONFIG / NSB_AUDIT_LOG / NSB_SKIP_AUDIT as above,
 # NSB_RECONCILER_BIN / NSB_WEBHOOK_BIN (binaries built already), POLICY_WASM (the module the
 # stand-in runs; default: policy.wasm, built from the current source by make policy.wasm).
+# NSB_OPENREPORTS_CRD (the openreports.io Report CRD of scenario s14; default: downloaded with
+# `go mod download` from the Go module proxy).
 # The s9 scenarios restart the local control plane's API server through NSB_STATE_DIR
 # (exported from its env file); against a TEST_KUBECONFIG cluster that step fails unless
 # NSB_SKIP_APISERVER_RESTART=1 skips it (loudly).
@@ -33,6 +35,15 @@ nsb_reconciler_bin
 nsb_webhook_bin
 nsb_say "building the tests"
 "$CARGO" test -p namespace-baseline-cluster-tests --locked --no-run
+
+# The OpenReports CRDs of s14, from the Go module proxy (downloaded, never committed).
+if [[ -z "${NSB_OPENREPORTS_CRD:-}" ]]; then
+  nsb_say "downloading the OpenReports CRDs (Go module github.com/openreports/reports-api@v0.2.1)"
+  reports_api="$(cd / && GOFLAGS=-mod=mod go mod download -json github.com/openreports/reports-api@v0.2.1 |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  export NSB_OPENREPORTS_CRD="$reports_api/config/crd/openreports.io_reports.yaml"
+fi
+[[ -f "$NSB_OPENREPORTS_CRD" ]] || { echo "!! no OpenReports CRD at $NSB_OPENREPORTS_CRD" >&2; exit 1; }
 
 cleanup() {
   local rc=$?

@@ -12,6 +12,7 @@ pub mod holes;
 pub mod identity;
 pub mod plan;
 mod reach;
+pub mod report;
 pub mod selector;
 pub mod spec;
 pub mod wall;

@@ -87,6 +87,11 @@ fn the_cluster_role_grants_exactly_the_blast_radius() {
             ),
             ("events.k8s.io", "events", &["create", "patch"]),
             ("", "events", &["create", "patch"]),
+            (
+                "openreports.io",
+                "reports",
+                &["get", "list", "watch", "create", "patch", "delete"],
+            ),
         ])
     );
 }

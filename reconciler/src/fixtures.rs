@@ -345,6 +345,7 @@ impl Harness {
             resync: RESYNC,
             dns_namespace: Some("kube-system".to_owned()),
             api_door: None,
+            reports: true,
         };
         let ctx = Arc::new(Context::new(
             client,

@@ -31,6 +31,15 @@ pub enum Error {
         source: Box<kube::Error>,
     },
 
+    /// Writing or deleting an OpenReports Report failed.
+    #[error("writing Report {namespace}/{name}")]
+    Report {
+        namespace: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+
     /// Writing the status subresource failed.
     #[error("patching the status of NamespaceBaseline {name}")]
     Status {
@@ -174,6 +183,7 @@ impl Error {
             | Self::Delete { source, .. }
             | Self::Status { source, .. }
             | Self::Finalizer { source, .. }
+            | Self::Report { source, .. }
             | Self::Client(source) => classify_kube(source),
             Self::CachesNotSynced
             | Self::NotLeader
@@ -191,6 +201,7 @@ impl Error {
             | Self::Delete { source, .. }
             | Self::Status { source, .. }
             | Self::Finalizer { source, .. }
+            | Self::Report { source, .. }
             | Self::Client(source) => match api_status(source).map(|s| s.code) {
                 Some(403) => "Forbidden",
                 Some(422) => "Invalid",

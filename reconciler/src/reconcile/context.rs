@@ -12,6 +12,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use crate::base::error::Result;
 use crate::reconcile::state::State;
 use crate::view::caches::Caches;
+use crate::view::reports::Reports;
 
 /// The `reportingController` of the Events this reconciler publishes.
 pub const CONTROLLER_NAME: &str = "hedronite.io/namespace-baseline-reconciler";
@@ -29,6 +30,8 @@ pub struct Settings {
     /// The reconciler's own NetworkPolicy (namespace, name), whose egress door to the API
     /// server is checked against the API server's endpoints; `None`: not checked.
     pub api_door: Option<(String, String)>,
+    /// Write OpenReports Reports while their CRDs are served (`--openreports`).
+    pub reports: bool,
 }
 
 /// Everything a reconcile needs, for one leadership term.
@@ -39,6 +42,8 @@ pub struct Context {
     pub settings: Settings,
     /// Shared with the HTTP server and the next term.
     pub state: Arc<State>,
+    /// The OpenReports side of this term.
+    pub reports: Reports,
 }
 
 impl Context {
@@ -55,6 +60,7 @@ impl Context {
         };
         Self {
             recorder: Recorder::new(client.clone(), reporter),
+            reports: Reports::new(settings.reports),
             client,
             caches,
             settings,

@@ -146,6 +146,7 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
             let status_changed = write_status(baseline, ctx, previous.as_ref(), &report).await?;
             announce(baseline, ctx, &report, &counts, status_changed).await;
             announce_doors_and_holes(baseline, ctx, previous.as_ref(), &report, new_holes).await;
+            crate::reconcile::reports::write(ctx, baseline, &scope, &report).await;
             Ok(Action::requeue(ctx.settings.resync))
         }
         Some(error) => {
@@ -423,6 +424,7 @@ async fn clean_up(
             info!(baseline = %name, deleted = counts.deleted, "wall removed with its baseline");
         }
     }
+    crate::reconcile::reports::remove_all(ctx, &name).await?;
     let finalizers = baseline
         .finalizers()
         .iter()

@@ -6,7 +6,11 @@
 pub mod api_door_guard;
 pub mod context;
 pub mod controller;
+pub mod reports;
 pub mod state;
 pub mod status;
 pub mod watches;
 pub mod writes;
+
+#[cfg(test)]
+mod reports_tests;

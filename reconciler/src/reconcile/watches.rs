@@ -27,6 +27,7 @@ use crate::view::namespace_cache::CachedNamespace;
 use crate::view::namespace_cache::NamespaceMeta;
 use crate::view::policy_cache::slim_policy;
 use crate::view::policy_cache::{CachedPolicy, PolicyCache};
+use crate::view::reports::follow;
 use crate::view::triggers::{NamespaceEvents, baselines_for_dns, baselines_for_policy};
 
 /// What, in a baseline, calls for a reconcile: a new object (uid), a spec change
@@ -177,7 +178,14 @@ pub async fn run(
         state.clone(),
         instance,
     ));
+    // OpenReports: followed beside the controller; their appearance reconciles every baseline.
+    let (reports, reports_appeared) = follow::follow(
+        ctx.client.clone(),
+        ctx.reports.clone(),
+        ctx.caches.unseen.clone(),
+    );
     let mut controller = Controller::for_stream(baseline_events, baselines.clone())
+        .reconcile_all_on(reports_appeared)
         .reconcile_on(namespace_triggers)
         .watches_stream(policy_events, for_policy);
     if let Some(dns) = dns {
@@ -201,6 +209,7 @@ pub async fn run(
                 Err(error) => debug!(%error, "controller event"),
             }
         });
+    let controller = follow::alongside(reports, controller);
     match api_door {
         // The door's guard runs as long as the controller; it never ends on its own.
         Some(guard) => {

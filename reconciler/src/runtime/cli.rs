@@ -148,6 +148,19 @@ pub struct RunOptions {
     /// wall's server-side applies was lowest there (docs/benchmarks-history.md, "At the API server's floor").
     #[arg(long, global = true, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+
+    /// Write an OpenReports Report per covered namespace while the openreports.io CRDs are
+    /// served (found through discovery every 20 s); false: never ask, watch or write.
+    #[arg(
+        long,
+        global = true,
+        default_value_t = true,
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub openreports: bool,
 }
 
 /// The leader election's clocks as given on the command line, before they are checked

@@ -102,6 +102,7 @@ pub async fn run(options: RunOptions) -> Result<()> {
             .clone()
             .filter(|name| !name.is_empty())
             .map(|name| (options.lease_namespace.clone(), name)),
+        reports: options.openreports,
     };
     let result = lead_while_elected(client, settings, &state, &identity, timing, shutdown).await;
     let finished = finish(server, election).await;

@@ -7,6 +7,7 @@
 pub mod caches;
 pub mod namespace_cache;
 pub mod policy_cache;
+pub mod reports;
 pub mod scope;
 pub mod triggers;
 pub mod unseen_writes;

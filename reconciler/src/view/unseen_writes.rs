@@ -24,6 +24,9 @@
 //!   counter), not an install. Its own deletions (pruning under `deletionPolicy: Delete`) are
 //!   announced first and are no one else's: marked before the request, excused when the watch
 //!   shows them.
+//! - **Reports.** An OpenReports Report this term applied (slimmed, as the cache keeps it) or
+//!   deleted is what the next reconcile compares with until the report watch shows it, so
+//!   that a reconcile running before the echo does not write it again.
 //!
 //! Within a leadership term the reconciler is the only writer of the wall and the status; a
 //! new term starts with an empty memory and trusts its freshly listed caches.
@@ -39,12 +42,14 @@ use namespace_baseline_core::identity::claims_management;
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
 use tokio::time::Instant;
 
+use crate::view::reports::object::Report;
+
 /// How long each kind of memory waits for the watch, in one place.
 pub mod lifetime {
     use std::time::Duration;
 
     /// A policy apply not shown by the policy watch by then may be written again (a watch
-    /// that lags this much is reconnecting).
+    /// that lags this much is reconnecting); a report write, likewise.
     pub const APPLY: Duration = Duration::from_secs(10);
     /// A written status is preferred to the cache's for this long when the cache never shows
     /// the write's resourceVersion (a re-list can skip it): the expectations timeout of
@@ -70,6 +75,8 @@ pub(crate) struct Memory {
     policies: HashMap<(String, String), PolicyMemory>,
     /// By baseline uid.
     statuses: HashMap<String, WrittenStatus>,
+    /// Reports written (`Some`, slimmed) or deleted (`None`), by namespace and name.
+    reports: HashMap<(String, String), WrittenReport>,
     /// Memories registered since the expired ones were last swept.
     registered: usize,
 }
@@ -100,13 +107,16 @@ impl PolicyMemory {
     }
 }
 
+/// A report this term wrote (`Some`, slimmed) or deleted (`None`), and when.
+type WrittenReport = (Option<Arc<Report>>, Instant);
+
 struct WrittenStatus {
     resource_version: String,
     status: Option<NamespaceBaselineStatus>,
     at: Instant,
 }
 
-fn policy_key(namespace: &str, name: &str) -> (String, String) {
+fn object_key(namespace: &str, name: &str) -> (String, String) {
     (namespace.to_owned(), name.to_owned())
 }
 
@@ -125,11 +135,13 @@ impl Memory {
         });
         self.statuses
             .retain(|_, written| now.duration_since(written.at) < lifetime::STATUS);
+        self.reports
+            .retain(|_, (_, at)| now.duration_since(*at) < lifetime::APPLY);
     }
 
     fn policy(&mut self, namespace: &str, name: &str) -> &mut PolicyMemory {
         self.policies
-            .entry(policy_key(namespace, name))
+            .entry(object_key(namespace, name))
             .or_default()
     }
 
@@ -144,7 +156,7 @@ impl Memory {
         if self.policies.is_empty() {
             return;
         }
-        let key = policy_key(namespace, name);
+        let key = object_key(namespace, name);
         if let Some(memory) = self.policies.get_mut(&key) {
             change(memory);
             if memory.is_empty() {
@@ -159,7 +171,7 @@ impl Memory {
         }
         let mut memory = self
             .policies
-            .get(&policy_key(namespace, name))
+            .get(&object_key(namespace, name))
             .copied()
             .unwrap_or_default();
         memory.expire(Instant::now());
@@ -206,6 +218,18 @@ impl Watched for NamespaceBaseline {
         if deleted || caught_up {
             memory.statuses.remove(&uid);
         }
+    }
+}
+
+impl Watched for Report {
+    fn shown(&self, memory: &mut Memory, _deleted: bool) {
+        if memory.reports.is_empty() {
+            return;
+        }
+        let (Some(namespace), Some(name)) = (&self.metadata.namespace, &self.metadata.name) else {
+            return;
+        };
+        memory.reports.remove(&object_key(namespace, name));
     }
 }
 
@@ -322,6 +346,38 @@ impl UnseenWrites {
         );
     }
 
+    // --- Reports ---
+
+    /// This term applied `report` (slimmed: [`crate::view::reports::object::slim`]) as
+    /// `namespace/name`, or deleted it (`None`).
+    pub fn report_written(&self, namespace: &str, name: &str, report: Option<Report>) {
+        let mut memory = self.memory();
+        memory.registering();
+        memory.reports.insert(
+            object_key(namespace, name),
+            (report.map(Arc::new), Instant::now()),
+        );
+    }
+
+    /// What this term last wrote to the report `namespace/name` and the watch has not shown
+    /// yet: `Some(None)` a deletion, `None` nothing unseen (the cache knows).
+    pub fn report(&self, namespace: &str, name: &str) -> Option<Option<Arc<Report>>> {
+        let memory = self.memory();
+        if memory.reports.is_empty() {
+            return None;
+        }
+        memory
+            .reports
+            .get(&object_key(namespace, name))
+            .filter(|(_, at)| at.elapsed() < lifetime::APPLY)
+            .map(|(report, _)| report.clone())
+    }
+
+    /// The reports' CRDs came or went: nothing written before is compared with.
+    pub fn forget_reports(&self) {
+        self.memory().reports.clear();
+    }
+
     /// A baseline gone (its finalizer removed, or deleted without one).
     pub fn forget(&self, baseline: &NamespaceBaseline) {
         if let Some(uid) = baseline.uid() {
@@ -336,7 +392,7 @@ pub struct PendingWrites(HashSet<(String, String)>);
 
 impl PendingWrites {
     pub fn contains(&self, namespace: &str, name: &str) -> bool {
-        !self.0.is_empty() && self.0.contains(&policy_key(namespace, name))
+        !self.0.is_empty() && self.0.contains(&object_key(namespace, name))
     }
 }
 
@@ -568,13 +624,13 @@ mod tests {
         // the next one.
         let memory = unseen.memory();
         assert_eq!(memory.statuses.len(), 0);
-        assert!(!memory.policies.contains_key(&policy_key("team-a", "gone")));
+        assert!(!memory.policies.contains_key(&object_key("team-a", "gone")));
         assert!(
             !memory
                 .policies
-                .contains_key(&policy_key("team-a", "pruned"))
+                .contains_key(&object_key("team-a", "pruned"))
         );
-        assert!(memory.policies.contains_key(&policy_key("team-b", "live")));
+        assert!(memory.policies.contains_key(&object_key("team-b", "live")));
         assert_eq!(
             memory.policies.len(),
             1 + SWEEP_EVERY,

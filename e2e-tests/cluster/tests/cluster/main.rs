@@ -11,6 +11,7 @@ mod s10_plan;
 mod s11_doors_holes;
 mod s12_admission_chain;
 mod s13_every_namespace;
+mod s14_openreports;
 mod s1_crd;
 mod s2_s3_wall;
 mod s4_quiet;

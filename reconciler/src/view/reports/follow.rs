@@ -1,0 +1,150 @@
+//! Finding out whether the `openreports.io` CRDs are served, and following them as they
+//! come and go: discovery (`GET /apis/openreports.io/v1alpha1`) at the start of each term
+//! and every [`DETECT_INTERVAL`] after it. Discovery, not a watch on
+//! CustomResourceDefinitions: every authenticated client may read discovery, while a CRD
+//! watch would need read access to every CRD of the cluster; one small GET every 20 s costs
+//! nothing next to the watches. When the CRDs appear, our reports are watched (label
+//! selected) and every baseline is reconciled once, which writes them; when they go, the
+//! watch stops and nothing is written.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::channel::mpsc;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use namespace_baseline_core::identity::managed_selector;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::object::{GROUP, PLURAL, VERSION, slim};
+use super::{Report, Reports};
+use crate::base::retry::WatchBackoff;
+use crate::view::unseen_writes::UnseenWrites;
+
+/// How often discovery is asked whether the CRDs are (still) served.
+pub const DETECT_INTERVAL: Duration = Duration::from_secs(20);
+
+/// Whether the API server serves `openreports.io/v1alpha1` `reports`; `None` when discovery
+/// could not tell (the previous answer stands).
+pub async fn served(client: &Client) -> Option<bool> {
+    match client
+        .list_api_group_resources(&format!("{GROUP}/{VERSION}"))
+        .await
+    {
+        Ok(list) => Some(
+            list.resources
+                .iter()
+                .any(|resource| resource.name == PLURAL),
+        ),
+        Err(kube::Error::Api(status)) if status.code == 404 => Some(false),
+        Err(error) => {
+            debug!(%error, "OpenReports discovery failed: asking again later");
+            None
+        }
+    }
+}
+
+/// The task that follows the CRDs for one term, and the stream that fires when they appear
+/// (for `Controller::reconcile_all_on`). Off (`--openreports=false`): never fires, never
+/// asks.
+pub fn follow(
+    client: Client,
+    reports: Reports,
+    unseen: UnseenWrites,
+) -> (impl Future<Output = ()> + Send, mpsc::UnboundedReceiver<()>) {
+    let (appeared, on_appearance) = mpsc::unbounded();
+    let task = async move {
+        if !reports.enabled() {
+            return futures::future::pending().await;
+        }
+        let mut watching: Option<Watching> = None;
+        loop {
+            match (served(&client).await, &mut watching) {
+                (Some(true), None) => {
+                    info!("the openreports.io CRDs are served: writing Reports");
+                    watching = Some(Watching::start(&client, &unseen));
+                }
+                (Some(false), Some(_)) => {
+                    info!("the openreports.io CRDs are gone: no more Reports");
+                    watching = None;
+                    reports.set_store(None, &unseen);
+                }
+                _ => {}
+            }
+            match &mut watching {
+                Some(watch) if !watch.listed => {
+                    let ready =
+                        tokio::time::timeout(DETECT_INTERVAL, watch.store.wait_until_ready()).await;
+                    if matches!(ready, Ok(Ok(()))) {
+                        watch.listed = true;
+                        reports.set_store(Some(watch.store.clone()), &unseen);
+                        let _ = appeared.unbounded_send(());
+                    } else {
+                        warn!(
+                            "the Reports are not listed yet (if this lasts, check the reconciler's ClusterRole for openreports.io reports)"
+                        );
+                    }
+                }
+                _ => tokio::time::sleep(DETECT_INTERVAL).await,
+            }
+        }
+    };
+    (task, on_appearance)
+}
+
+/// The watch on our reports, stopped when dropped.
+struct Watching {
+    store: reflector::Store<Report>,
+    task: JoinHandle<()>,
+    listed: bool,
+}
+
+impl Watching {
+    fn start(client: &Client, unseen: &UnseenWrites) -> Self {
+        let (store, writer) = reflector::store();
+        let task = tokio::spawn(watch(client.clone(), writer, unseen.clone()));
+        Self {
+            store,
+            task,
+            listed: false,
+        }
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn watch(client: Client, writer: Writer<Report>, unseen: UnseenWrites) {
+    watcher(
+        Api::<Report>::all(client),
+        watcher::Config::default()
+            .labels(&managed_selector())
+            .any_semantic(),
+    )
+    .backoff(WatchBackoff::default())
+    .modify(slim)
+    .reflect(writer)
+    .for_each(|event| {
+        match event {
+            Ok(event) => unseen.observe(&event),
+            Err(error) => debug!(%error, "report watch"),
+        }
+        futures::future::ready(())
+    })
+    .await;
+}
+
+/// Runs `controller` with `follow` beside it, until the controller ends.
+pub async fn alongside(follow: impl Future<Output = ()>, controller: impl Future<Output = ()>) {
+    tokio::select! {
+        () = controller => {}
+        () = follow => {}
+    }
+}

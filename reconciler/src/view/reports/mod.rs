@@ -1,0 +1,69 @@
+//! OpenReports, as this term sees them: whether the `openreports.io` CRDs are served
+//! ([`follow`]: discovery, then a watch of our reports), the cache of our reports while they
+//! are, and the kind itself ([`object`]). The reconcile writes them (`reconcile::reports`);
+//! what it wrote and the watch has not shown yet is in the one memory of unseen writes
+//! ([`crate::view::unseen_writes`]).
+
+pub mod follow;
+pub mod object;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use kube::runtime::reflector::{ObjectRef, Store};
+
+pub use object::Report;
+
+use crate::view::unseen_writes::UnseenWrites;
+
+/// The reports side of one leadership term: whether it is on, and the cache of our reports
+/// while the CRDs are served.
+#[derive(Clone)]
+pub struct Reports {
+    enabled: bool,
+    /// `Some` while the CRDs are served and our reports are listed.
+    store: Arc<Mutex<Option<Store<Report>>>>,
+}
+
+impl Reports {
+    /// `enabled`: `--openreports`; off, nothing is detected, watched or written.
+    pub fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            store: Arc::default(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Store<Report>>> {
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The cache of our reports, while the CRDs are served and it is listed.
+    pub fn store(&self) -> Option<Store<Report>> {
+        self.lock().clone()
+    }
+
+    /// The CRDs came (a listed cache) or went (`None`): what this term remembers writing is
+    /// dropped either way.
+    pub(crate) fn set_store(&self, store: Option<Store<Report>>, unseen: &UnseenWrites) {
+        unseen.forget_reports();
+        *self.lock() = store;
+    }
+}
+
+/// The report `namespace/name` as this term last knows it, slimmed ([`object::slim`]): its
+/// own unseen write, else the cache.
+pub fn stored(
+    store: &Store<Report>,
+    unseen: &UnseenWrites,
+    namespace: &str,
+    name: &str,
+) -> Option<Arc<Report>> {
+    match unseen.report(namespace, name) {
+        Some(written) => written,
+        None => store.get(&ObjectRef::new(name).within(namespace)),
+    }
+}
