@@ -37,6 +37,9 @@ pub enum Command {
     /// kubeconfig: the addresses and ports of the EndpointSlices of `default/kubernetes`, as
     /// the chart's values (`-o values`, the default) or as the NetworkPolicy (`-o manifest`).
     ApiDoor(ApiDoorOptions),
+    /// Inside a probe pod of the enforcement probe (started by the reconciler): listen,
+    /// connect, resolve, and write what was seen to the termination message.
+    Probe(crate::probe::agent::ProbeArgs),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -148,6 +151,10 @@ pub struct RunOptions {
     /// wall's server-side applies was lowest there (docs/benchmarks-history.md, "At the API server's floor").
     #[arg(long, global = true, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+
+    /// The enforcement probe (probe/options.rs).
+    #[command(flatten)]
+    pub probe: crate::probe::ProbeOptions,
 }
 
 /// The leader election's clocks as given on the command line, before they are checked

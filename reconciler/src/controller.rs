@@ -488,12 +488,15 @@ async fn write_status(
     previous: Option<&NamespaceBaselineStatus>,
     report: &Report,
 ) -> Result<bool> {
-    let desired = status::desired(previous, report, &now());
+    let mut desired = status::desired(previous, report, &now());
+    let enforced =
+        crate::probe::condition::set(&mut desired, previous, baseline, report, &ctx.state, &now());
     if !status::changed(previous, &desired) {
         return Ok(false);
     }
     let written = patch_status(baseline, ctx, &desired).await?;
     ctx.caches.written.record(baseline, written);
+    crate::probe::condition::announce(ctx, baseline, enforced).await;
     Ok(true)
 }
 /// Events for what a successful reconcile did.

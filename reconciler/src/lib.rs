@@ -17,6 +17,7 @@ pub mod namespace_cache;
 pub mod panics;
 pub mod plan;
 pub mod policy_cache;
+pub mod probe;
 pub mod retry;
 pub mod run;
 pub mod scope;
@@ -56,6 +57,16 @@ pub async fn main(cli: Cli) -> Result<ExitCode> {
             print!("{}", api_door::render(options.output).await?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Probe(args) => Ok(match probe::agent::run(&args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!(
+                    "error: writing the probe's report to {}: {error}",
+                    args.report.display()
+                );
+                ExitCode::FAILURE
+            }
+        }),
         Command::SelfCheck => {
             println!("{}", panics::self_check().await?);
             Ok(ExitCode::SUCCESS)

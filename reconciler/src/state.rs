@@ -21,6 +21,8 @@ pub struct State {
     pub retries: Retries,
     pub health: Health,
     pub holes: KnownHoles,
+    /// The enforcement probe's last verdicts (probe/).
+    pub probes: crate::probe::Results,
 }
 
 /// Holes with the namespace each is in.
@@ -95,6 +97,7 @@ impl State {
             retries: Retries::default(),
             health: Health::default(),
             holes: KnownHoles::default(),
+            probes: crate::probe::Results::default(),
         }
     }
 

@@ -168,6 +168,13 @@ pub async fn run(
     let api_door = settings.api_door.clone().map(|policy| {
         crate::api_door::guard(client.clone(), state.clone(), policy, instance.clone())
     });
+    // The enforcement probe (probe/): its rounds trigger the reconcile that reports them.
+    let (_probe, probe_triggers) = crate::probe::driver::start(
+        client.clone(),
+        state.clone(),
+        baselines.clone(),
+        caches.clone(),
+    );
     let ctx = Arc::new(Context::new(
         client,
         caches,
@@ -177,6 +184,7 @@ pub async fn run(
     ));
     let mut controller = Controller::for_stream(baseline_events, baselines.clone())
         .reconcile_on(namespace_triggers)
+        .reconcile_on(probe_triggers)
         .watches_stream(policy_events, for_policy);
     if let Some(dns) = dns {
         // A change in the DNS namespace re-checks the doors of the baselines it serves.
