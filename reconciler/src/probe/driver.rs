@@ -44,6 +44,8 @@ use crate::writes::gated;
 
 /// How often the loop looks for baselines whose spec changed.
 const LOOK: Duration = Duration::from_secs(2);
+/// How soon a baseline whose canary's wall was not in the cache yet is looked at again.
+const WALL_PENDING: Duration = Duration::from_secs(10);
 /// How often a pod's status is read while waiting for it.
 const POLL: Duration = Duration::from_secs(1);
 /// The limit of each probe connection and of the name resolution.
@@ -108,7 +110,7 @@ struct Driver {
     triggers: mpsc::UnboundedSender<ObjectRef<NamespaceBaseline>>,
 }
 
-/// When each baseline was last probed, and at which generation.
+/// When each baseline is due again, and the generation it was last probed at.
 type Probed = HashMap<String, (Instant, Option<i64>)>;
 
 impl Driver {
@@ -140,13 +142,17 @@ impl Driver {
                     continue;
                 }
                 let name = baseline.name_any();
-                let due = probed.get(&name).is_none_or(|(at, generation)| {
-                    at.elapsed() >= self.options.probe_interval
-                        || *generation != baseline.metadata.generation
+                let due = probed.get(&name).is_none_or(|(next, generation)| {
+                    Instant::now() >= *next || *generation != baseline.metadata.generation
                 });
                 if due || requested.contains(&name) {
-                    self.probe(&baseline).await;
-                    probed.insert(name, (Instant::now(), baseline.metadata.generation));
+                    // Rounds start one interval apart (a round's own time included).
+                    let started = Instant::now();
+                    let next = match self.probe(&baseline).await {
+                        Ran::Round | Ran::NoCanary => started + self.options.probe_interval,
+                        Ran::WallPending => started + WALL_PENDING.min(self.options.probe_interval),
+                    };
+                    probed.insert(name, (next, baseline.metadata.generation));
                 }
             }
             tokio::select! {
@@ -156,19 +162,33 @@ impl Driver {
         }
     }
 
-    /// One round for `baseline`: the verdict recorded, the reconcile triggered.
-    async fn probe(&self, baseline: &NamespaceBaseline) {
+    /// One round for `baseline`: the verdict recorded, the reconcile triggered. Without a
+    /// canary (or its wall), no pod is created, and only a new finding is recorded.
+    async fn probe(&self, baseline: &NamespaceBaseline) -> Ran {
         let name = baseline.name_any();
         let started = Instant::now();
         let cpu_before = super::usage::cpu_ms();
         let mut cost = Cost::default();
         let canary = self.canary_of(baseline);
-        let verdict = match &canary {
-            Err(verdict) => verdict.clone(),
+        let (verdict, ran) = match &canary {
+            Err(verdict) => {
+                let ran = match verdict {
+                    Verdict::Unknown {
+                        reason: "WallNotInPlace",
+                        ..
+                    } => Ran::WallPending,
+                    _ => Ran::NoCanary,
+                };
+                let known = self.state.probes.last(&name);
+                if known.is_some_and(|known| known.verdict == *verdict) {
+                    return ran;
+                }
+                (verdict.clone(), ran)
+            }
             Ok(canary) => {
                 let verdict = self.round(baseline, canary, &mut cost).await;
                 self.remove_pods(&name, canary, &mut cost).await;
-                verdict
+                (verdict, Ran::Round)
             }
         };
         let (status, reason, message) = verdict.condition();
@@ -201,6 +221,7 @@ impl Driver {
             self.caches.dirty.namespace(&name, canary);
         }
         let _ = self.triggers.unbounded_send(ObjectRef::from_obj(baseline));
+        ran
     }
 
     /// The baseline's canary namespace: labelled for it, and walled by it (its wall's
@@ -498,6 +519,14 @@ impl Driver {
             }
         }
     }
+}
+
+/// What [`Driver::probe`] did.
+enum Ran {
+    Round,
+    NoCanary,
+    /// The canary's wall is not in the cache yet (a new baseline): looked at again soon.
+    WallPending,
 }
 
 /// A probe pod once it runs.
