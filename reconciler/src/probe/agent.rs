@@ -17,9 +17,10 @@ use super::report::{Connect, Outcome, Report, Resolve};
 /// `probe`: the flags the reconciler gives each probe pod.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ProbeArgs {
-    /// Listen on this TCP port (all addresses) and count who connects.
+    /// Listen on this TCP port (all addresses) and count who connects. (Not `--listen`:
+    /// that is `run`'s global flag.)
     #[arg(long, value_name = "PORT")]
-    pub listen: Option<u16>,
+    pub listen_port: Option<u16>,
 
     /// How long to keep listening, from the start ("20s").
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
@@ -47,7 +48,7 @@ pub async fn run(args: &ProbeArgs) -> std::io::Result<()> {
     let started = Instant::now();
     let mut report = Report::default();
     let accepted = Arc::new(Mutex::new(Vec::new()));
-    let listener = match args.listen {
+    let listener = match args.listen_port {
         Some(port) => match TcpListener::bind(("0.0.0.0", port)).await {
             Ok(listener) => {
                 report.listening = Some(port);
@@ -153,7 +154,7 @@ mod tests {
 
     fn args(report: PathBuf) -> ProbeArgs {
         ProbeArgs {
-            listen: None,
+            listen_port: None,
             listen_for: Duration::from_millis(300),
             connect: Vec::new(),
             resolve: None,
@@ -202,7 +203,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("termination-log");
         let mut args = args(file.clone());
-        args.listen = Some(port);
+        args.listen_port = Some(port);
         args.listen_for = Duration::from_millis(800);
         let started = Instant::now();
         let probe = tokio::spawn(async move { run(&args).await });

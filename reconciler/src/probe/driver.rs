@@ -274,7 +274,7 @@ impl Driver {
         let control = self.options.probe_control_namespace.as_str();
         let window = self.options.probe_listen_window;
         let listen = |connect: Vec<String>, resolve: Option<String>| ProbeArgs {
-            listen: Some(PORT),
+            listen_port: Some(PORT),
             listen_for: window,
             connect,
             resolve,
@@ -312,7 +312,7 @@ impl Driver {
         };
         let canary_target = format!("{}:{PORT}", canary_pod.ip);
         let client_args = ProbeArgs {
-            listen: None,
+            listen_port: None,
             listen_for: window,
             connect: vec![canary_target.clone(), control_target.clone()],
             resolve: dns_name,

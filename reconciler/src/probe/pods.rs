@@ -49,8 +49,8 @@ pub struct Image {
 /// The `probe` command line of `args`, as the container's args.
 pub fn command_line(args: &ProbeArgs) -> Vec<String> {
     let mut line = vec!["probe".to_owned()];
-    if let Some(port) = args.listen {
-        line.push(format!("--listen={port}"));
+    if let Some(port) = args.listen_port {
+        line.push(format!("--listen-port={port}"));
         line.push(format!(
             "--listen-for={}",
             humantime::format_duration(args.listen_for)
@@ -101,7 +101,7 @@ pub fn pod(baseline: &str, role: Role, image: &Image, args: &ProbeArgs) -> Pod {
                 "image": image.reference,
                 "imagePullPolicy": image.pull_policy,
                 "args": command_line(args),
-                "ports": args.listen.map(|port| vec![json!({"containerPort": port, "protocol": "TCP"})]).unwrap_or_default(),
+                "ports": args.listen_port.map(|port| vec![json!({"containerPort": port, "protocol": "TCP"})]).unwrap_or_default(),
                 "terminationMessagePolicy": "File",
                 "resources": {
                     "requests": {"cpu": "10m", "memory": "16Mi"},
@@ -122,24 +122,15 @@ pub fn pod(baseline: &str, role: Role, image: &Image, args: &ProbeArgs) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::{Cli, Command};
     use clap::Parser;
 
-    #[derive(Parser)]
-    struct Line {
-        #[command(subcommand)]
-        command: Command,
-    }
-
-    #[derive(clap::Subcommand)]
-    enum Command {
-        Probe(ProbeArgs),
-    }
-
-    /// The container's args parse back to the same probe.
+    /// The container's args parse back to the same probe, with the binary's own command line
+    /// (its global flags included).
     #[test]
     fn the_pods_command_line_is_the_probe_asked_for() {
         let args = ProbeArgs {
-            listen: Some(PORT),
+            listen_port: Some(PORT),
             listen_for: Duration::from_secs(20),
             connect: vec!["10.1.0.2:9797".to_owned()],
             resolve: Some("kubernetes.default.svc".to_owned()),
@@ -147,11 +138,9 @@ mod tests {
             report: "/dev/termination-log".into(),
         };
         let line = command_line(&args);
-        let Command::Probe(parsed) =
-            Line::try_parse_from(std::iter::once("reconciler".to_owned()).chain(line))
-                .unwrap()
-                .command;
-        assert_eq!(parsed, args);
+        let cli =
+            Cli::try_parse_from(std::iter::once("reconciler".to_owned()).chain(line)).unwrap();
+        assert_eq!(cli.command, Some(Command::Probe(args)));
     }
 
     #[test]
@@ -161,7 +150,7 @@ mod tests {
             pull_policy: "IfNotPresent".to_owned(),
         };
         let args = ProbeArgs {
-            listen: None,
+            listen_port: None,
             listen_for: Duration::from_secs(20),
             connect: Vec::new(),
             resolve: None,
