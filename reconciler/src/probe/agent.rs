@@ -26,6 +26,12 @@ pub struct ProbeArgs {
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     pub listen_for: Duration,
 
+    /// Wait this long after the start (listening already) before connecting and resolving:
+    /// an enforcer learns of a new pod a moment after it starts, and the wall is judged as it
+    /// stands, not in that moment.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub connect_after: Duration,
+
     /// Connect to IP:PORT over TCP; repeatable.
     #[arg(long, value_name = "IP:PORT")]
     pub connect: Vec<String>,
@@ -61,6 +67,7 @@ pub async fn run(args: &ProbeArgs) -> std::io::Result<()> {
         },
         None => None,
     };
+    tokio::time::sleep(args.connect_after.saturating_sub(started.elapsed())).await;
     for target in &args.connect {
         report.connects.push(connect(target, args.timeout).await);
     }
@@ -156,6 +163,7 @@ mod tests {
         ProbeArgs {
             listen_port: None,
             listen_for: Duration::from_millis(300),
+            connect_after: Duration::ZERO,
             connect: Vec::new(),
             resolve: None,
             timeout: Duration::from_secs(2),

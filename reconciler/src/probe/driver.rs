@@ -273,9 +273,13 @@ impl Driver {
         let name = baseline.name_any();
         let control = self.options.probe_control_namespace.as_str();
         let window = self.options.probe_listen_window;
+        // The canary tests its egress and DNS a quarter of the window after its start, once
+        // the enforcer has caught up with the new pod (kube-router on the test node let the
+        // first packets of a pod started a second before through).
         let listen = |connect: Vec<String>, resolve: Option<String>| ProbeArgs {
             listen_port: Some(PORT),
             listen_for: window,
+            connect_after: window / 4,
             connect,
             resolve,
             timeout: ATTEMPT,
@@ -314,6 +318,7 @@ impl Driver {
         let client_args = ProbeArgs {
             listen_port: None,
             listen_for: window,
+            connect_after: Duration::ZERO,
             connect: vec![canary_target.clone(), control_target.clone()],
             resolve: dns_name,
             timeout: ATTEMPT,

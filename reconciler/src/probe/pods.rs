@@ -56,6 +56,12 @@ pub fn command_line(args: &ProbeArgs) -> Vec<String> {
             humantime::format_duration(args.listen_for)
         ));
     }
+    if !args.connect_after.is_zero() {
+        line.push(format!(
+            "--connect-after={}",
+            humantime::format_duration(args.connect_after)
+        ));
+    }
     for target in &args.connect {
         line.push(format!("--connect={target}"));
     }
@@ -132,6 +138,7 @@ mod tests {
         let args = ProbeArgs {
             listen_port: Some(PORT),
             listen_for: Duration::from_secs(20),
+            connect_after: Duration::from_secs(5),
             connect: vec!["10.1.0.2:9797".to_owned()],
             resolve: Some("kubernetes.default.svc".to_owned()),
             timeout: Duration::from_secs(3),
@@ -152,6 +159,7 @@ mod tests {
         let args = ProbeArgs {
             listen_port: None,
             listen_for: Duration::from_secs(20),
+            connect_after: Duration::ZERO,
             connect: Vec::new(),
             resolve: None,
             timeout: Duration::from_secs(3),

@@ -34,8 +34,8 @@ use crate::{assert_blocked, assert_passed, wait_wire};
 
 /// The probe's period and listen window in this test (`--probe-interval`,
 /// `--probe-listen-window`); the defaults are 5m and 20s.
-const PERIOD: Duration = Duration::from_secs(20);
-const WINDOW: &str = "10s";
+const PERIOD: Duration = Duration::from_secs(30);
+const WINDOW: &str = "16s";
 const CONTROL_NAMESPACE: &str = "namespace-baseline-probe";
 const DNS_NAME: &str = "kubernetes.default.svc.cluster.local";
 const DETOUR_TABLE: &str = "nsb_dns_detour";
@@ -344,6 +344,10 @@ async fn dns_reachable(cluster: &Cluster, baseline: &str) -> (String, String, St
         .expect("a DNSReachable condition")
 }
 
+/// The prefixes of kube-router's firewall chains (its entry chains, one per pod, one per
+/// policy).
+const KUBE_ROUTER_CHAINS: [&str; 3] = ["KUBE-ROUTER", "KUBE-POD-FW", "KUBE-NWPLCY"];
+
 /// kube-router's firewall, the node's NetworkPolicy enforcer: stopped (and its rules taken
 /// out of iptables) and started again with the command line `start.sh` gave it.
 struct Enforcer {
@@ -392,7 +396,7 @@ impl Enforcer {
         assert!(ok, "iptables-save failed: {saved}");
         let kept: String = saved
             .lines()
-            .filter(|line| !line.contains("KUBE-ROUTER"))
+            .filter(|line| !KUBE_ROUTER_CHAINS.iter().any(|chain| line.contains(chain)))
             .map(|line| format!("{line}\n"))
             .collect();
         let mut restore = Command::new("iptables-restore")
@@ -408,7 +412,7 @@ impl Enforcer {
         assert!(restore.wait().unwrap().success(), "iptables-restore failed");
         let (_, after) = run("iptables-save", &[]);
         assert!(
-            !after.contains("KUBE-ROUTER"),
+            !KUBE_ROUTER_CHAINS.iter().any(|chain| after.contains(chain)),
             "kube-router's rules are still there:\n{after}"
         );
     }
