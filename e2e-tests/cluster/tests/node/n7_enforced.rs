@@ -8,7 +8,7 @@
 //! - DNS door broken on the wire while the objects look right: CoreDNS also served on 5353,
 //!   and the node DNATs the kube-dns ClusterIP's port 53 to the CoreDNS pod's 5353 (as
 //!   OpenShift's 5353 or a NodeLocal cache in iptables mode rewrite what the door sees):
-//!   `False DNSBlocked`, while `DNSReachable` (which reads objects) stays `True`; the detour
+//!   `False DNSBlocked`, while `DNSReachable` (which reads objects) says what it said before; the detour
 //!   removed: `True` again.
 //!
 //! Every transition is printed with its time (FIGURE n7), and the probe's cost from the
@@ -193,6 +193,9 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
     );
 
     // --- 3. DNS door broken on the wire, objects unchanged ---------------------------------
+    // DNSReachable reads objects (the door against the Service's EndpointSlices): what it
+    // says before the detour, it must say after.
+    let dns_before = dns_reachable(&cluster, &baseline).await;
     let coredns = CoreDns::new(&cluster);
     let original = coredns.serve_also_on_5353().await;
     let dns_pod = coredns_ip(&cluster.admin).await.unwrap();
@@ -222,8 +225,9 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
     );
     let reachable = dns_reachable(&cluster, &baseline).await;
     assert_eq!(
-        reachable.0, "True",
-        "DNSReachable reads the objects, which the detour did not change: {reachable:?}"
+        (&reachable.0, &reachable.1),
+        (&dns_before.0, &dns_before.1),
+        "DNSReachable reads the objects, which the detour did not change: before {dns_before:?}, now {reachable:?}"
     );
     let undone_at = watch.mark("the detour removed");
     drop(detour);
@@ -232,7 +236,7 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
     figure(
         "n7",
         format!(
-            "DNS detour: Enforced=False DNSBlocked {:.1} s after it (bound: 2 periods): {message}; DNSReachable stays {} {} ({}): it reads the Service's EndpointSlices and the door, which still agree, while the packets go to a port the door does not open; detour removed: True again {:.1} s after",
+            "DNS detour: Enforced=False DNSBlocked {:.1} s after it (bound: 2 periods): {message}; DNSReachable stays as before the detour, {} {} ({}): it reads the Service's EndpointSlices and the door, which the detour did not change, while the packets go to a port the door does not open; detour removed: True again {:.1} s after",
             noticed.as_secs_f64(),
             reachable.0,
             reachable.1,
