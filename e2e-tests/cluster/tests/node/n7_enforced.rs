@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use namespace_baseline_cluster_tests::{Cluster, condition, repo_root, wait_until};
 use namespace_baseline_core::identity::RECONCILER_NAMESPACE;
 use serde_json::{Value, json};
@@ -619,10 +619,25 @@ async fn probe_cost(cluster: &Cluster) -> String {
         .into_iter()
         .next()
         .expect("the reconciler pod");
-    let log = pods
-        .logs(&reconciler.name_any(), &LogParams::default())
-        .await
-        .unwrap();
+    // The kubelet's log file of the container (the API server of the test node cannot reach
+    // the kubelet's log endpoint): CRI lines "TIME STREAM TAG MESSAGE", in the node's mounts.
+    let uid = reconciler.uid().expect("a pod uid");
+    let holder = std::env::var("NSB_NODE_HOLDER_PID").expect("NSB_NODE_HOLDER_PID");
+    let file = format!(
+        "/var/log/pods/{RECONCILER_NAMESPACE}_{}_{uid}/reconciler/0.log",
+        reconciler.name_any()
+    );
+    let output = Command::new("nsenter")
+        .args(["--target", &holder, "--mount", "--", "cat", &file])
+        .output()
+        .expect("nsenter cat");
+    assert!(output.status.success(), "cannot read {file}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let log: String = text
+        .lines()
+        .filter_map(|line| line.splitn(4, ' ').nth(3))
+        .map(|message| format!("{message}\n"))
+        .collect();
     let rounds: Vec<Value> = log
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
