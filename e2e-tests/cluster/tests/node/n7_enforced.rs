@@ -620,19 +620,15 @@ async fn probe_cost(cluster: &Cluster) -> String {
         .next()
         .expect("the reconciler pod");
     // The kubelet's log file of the container (the API server of the test node cannot reach
-    // the kubelet's log endpoint): CRI lines "TIME STREAM TAG MESSAGE", in the node's mounts.
+    // the kubelet's log endpoint), under the node's podLogsDir: CRI lines "TIME STREAM TAG
+    // MESSAGE".
     let uid = reconciler.uid().expect("a pod uid");
-    let holder = std::env::var("NSB_NODE_HOLDER_PID").expect("NSB_NODE_HOLDER_PID");
+    let state = std::env::var("NSB_NODE_STATE_DIR").expect("NSB_NODE_STATE_DIR");
     let file = format!(
-        "/var/log/pods/{RECONCILER_NAMESPACE}_{}_{uid}/reconciler/0.log",
+        "{state}/pod-logs/{RECONCILER_NAMESPACE}_{}_{uid}/reconciler/0.log",
         reconciler.name_any()
     );
-    let output = Command::new("nsenter")
-        .args(["--target", &holder, "--mount", "--", "cat", &file])
-        .output()
-        .expect("nsenter cat");
-    assert!(output.status.success(), "cannot read {file}");
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|error| panic!("{file}: {error}"));
     let log: String = text
         .lines()
         .filter_map(|line| line.splitn(4, ' ').nth(3))
