@@ -94,6 +94,8 @@ refused "a failure policy of another case" "at '/admissionPolicy/failurePolicy'"
 refused "a webhook timeout over 30 s" "at '/admissionPolicy/timeoutSeconds'" --set admissionPolicy.timeoutSeconds=60
 refused "a PodMonitor interval in words" "at '/reconciler/podMonitor/interval'" --set reconciler.podMonitor.interval=thirty
 refused "a misspelt PodMonitor key" "at '/reconciler/podMonitor': additional properties 'intervall' not allowed" --set reconciler.podMonitor.intervall=1m
+refused "a zero probe interval" "at '/probe/interval'" --set probe.interval=0s
+refused "a canary without its labels" "at '/probe/canaries/0'" -f <(printf 'probe:\n  canaries:\n    - {baseline: a, namespace: a-canary}\n')
 refused "a label value that is not a string" "at '/commonLabels/example.com~1critical'" --set commonLabels.example\\.com/critical=true
 
 # The API door is made per cluster: deploy/ leaves it to `api-door -o manifest`, which
@@ -135,6 +137,16 @@ for kind in Namespace Role RoleBinding NetworkPolicy PodDisruptionBudget Namespa
   no_kind minimal "$kind"
 done
 expect minimal "- --leader-election=false"
+# The enforcement probe (probe.enabled): its flags, the reconciler's own image, a Role for
+# pods in the control namespace and each canary only, the canaries labelled for their wall.
+expect everything "- --probe-image=registry.example.com/mirror/namespace-baseline-reconciler@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+expect everything "- --probe-interval=3m"
+expect everything "- --probe-control-namespace=nsb-everything-probe"
+expect everything "hedronite.io/canary-for: \"team-a\""
+expect everything "example.com/guard: \"nsb-everything\""
+[[ $(grep -c '^    resources: \["pods"\]$' "$OUT/everything.yaml") == 3 ]] ||
+  { echo "!! everything.yaml: one probe Role (pods) in each of the 3 probe namespaces expected" >&2; exit 1; }
+no_line minimal '--probe-'
 # deploy/admission-policy.yaml equals the default rendering, whose rules, mutating,
 # backgroundAudit and contextAwareResources are read from metadata.yml: so it matches
 # metadata.yml. What the design also asks of it:

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    Condition, LabelSelector as KubernetesSelector,
+    Condition, LabelSelector as KubernetesSelector, Time,
 };
 use serde::{Deserialize, Serialize};
 
@@ -298,6 +298,10 @@ pub struct NamespaceBaselineStatus {
     #[serde(default)]
     #[cfg_attr(feature = "crd", schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"])))]
     pub conditions: Vec<Condition>,
+    /// When the enforcement probe last ended a round for this baseline (the `Enforced`
+    /// condition says what it found); absent while the probe is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<Time>,
 }
 
 /// Why a spec cannot be acted on. Permanent: nothing changes until the spec does.

@@ -53,6 +53,16 @@ pub async fn main(cli: Cli) -> Result<ExitCode> {
             print!("{}", api_door::render(options.output).await?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Probe(args) => Ok(match reconcile::probe::agent::run(&args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!(
+                    "error: writing the probe's report to {}: {error}",
+                    args.report.display()
+                );
+                ExitCode::FAILURE
+            }
+        }),
         Command::SelfCheck => {
             println!("{}", panics::self_check().await?);
             Ok(ExitCode::SUCCESS)

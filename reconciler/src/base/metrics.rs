@@ -68,6 +68,8 @@ pub struct Metrics {
     /// Each baseline's holes by (width, direction): the gauge is their sum.
     holes_by_baseline: std::sync::Mutex<HashMap<String, HoleCounts>>,
     api_door_mismatch: Gauge,
+    /// The enforcement probe's metrics (probe/metrics.rs).
+    pub probe: crate::base::probe_metrics::ProbeMetrics,
 }
 
 impl Default for Metrics {
@@ -122,6 +124,8 @@ impl Default for Metrics {
             "1 while the reconciler's own egress door does not open every API server endpoint (EndpointSlice default/kubernetes): it is locked out, or will be at the next restart",
             api_door_mismatch.clone(),
         );
+        let probe = crate::base::probe_metrics::ProbeMetrics::default();
+        probe.register(&mut registry);
         // Every series exists from the start, at 0: an absent series is then a bug (renamed,
         // never exported), never "nothing happened yet".
         for result in [
@@ -155,6 +159,7 @@ impl Default for Metrics {
             holes,
             holes_by_baseline: std::sync::Mutex::default(),
             api_door_mismatch,
+            probe,
         }
     }
 }

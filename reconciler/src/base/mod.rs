@@ -5,4 +5,5 @@
 pub mod error;
 pub mod metrics;
 pub mod panics;
+pub mod probe_metrics;
 pub mod retry;

@@ -443,12 +443,21 @@ async fn write_status(
     previous: Option<&NamespaceBaselineStatus>,
     report: &Report,
 ) -> Result<bool> {
-    let desired = status::desired(previous, report, &now());
+    let mut desired = status::desired(previous, report, &now());
+    let enforced = crate::reconcile::probe::condition::set(
+        &mut desired,
+        previous,
+        baseline,
+        report,
+        &ctx.state,
+        &now(),
+    );
     if !status::changed(previous, &desired) {
         return Ok(false);
     }
     let written = patch_status(baseline, ctx, &desired).await?;
     ctx.caches.unseen.status_written(baseline, written);
+    crate::reconcile::probe::condition::announce(ctx, baseline, enforced).await;
     Ok(true)
 }
 /// Events for what a successful reconcile did.

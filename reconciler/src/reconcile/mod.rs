@@ -6,6 +6,7 @@
 pub mod api_door_guard;
 pub mod context;
 pub mod controller;
+pub mod probe;
 pub mod reports;
 pub mod state;
 pub mod status;

@@ -26,6 +26,8 @@ pub struct State {
     pub retries: Retries,
     pub health: Health,
     pub holes: KnownHoles,
+    /// The enforcement probe's last verdicts (probe/).
+    pub probes: crate::reconcile::probe::Results,
 }
 
 /// Holes with the namespace each is in.
@@ -122,6 +124,7 @@ impl State {
             retries: Retries::default(),
             health: Health::default(),
             holes: KnownHoles::default(),
+            probes: crate::reconcile::probe::Results::default(),
         }
     }
 

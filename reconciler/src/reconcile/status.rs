@@ -139,6 +139,8 @@ pub fn desired(
         drift_repairs: Some(previous_repairs + u64::from(report.drift_repairs)),
         holes: report.holes.as_ref().map(|holes| hole_counts(holes)),
         conditions,
+        // Set by the enforcement probe's hook (probe/condition.rs).
+        last_probe_time: None,
     }
 }
 

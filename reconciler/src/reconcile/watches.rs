@@ -171,6 +171,13 @@ pub async fn run(
             instance.clone(),
         )
     });
+    // The enforcement probe (probe/): its rounds trigger the reconcile that reports them.
+    let (_probe, probe_triggers) = crate::reconcile::probe::driver::start(
+        client.clone(),
+        state.clone(),
+        baselines.clone(),
+        caches.clone(),
+    );
     let ctx = Arc::new(Context::new(
         client,
         caches,
@@ -187,6 +194,7 @@ pub async fn run(
     let mut controller = Controller::for_stream(baseline_events, baselines.clone())
         .reconcile_all_on(reports_appeared)
         .reconcile_on(namespace_triggers)
+        .reconcile_on(probe_triggers)
         .watches_stream(policy_events, for_policy);
     if let Some(dns) = dns {
         // A change in the DNS namespace re-checks the doors of the baselines it serves.

@@ -37,6 +37,9 @@ pub enum Command {
     /// kubeconfig: the addresses and ports of the EndpointSlices of `default/kubernetes`, as
     /// the chart's values (`-o values`, the default) or as the NetworkPolicy (`-o manifest`).
     ApiDoor(ApiDoorOptions),
+    /// Inside a probe pod of the enforcement probe (started by the reconciler): listen,
+    /// connect, resolve, and write what was seen to the termination message.
+    Probe(crate::reconcile::probe::agent::ProbeArgs),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -161,6 +164,10 @@ pub struct RunOptions {
         default_missing_value = "true"
     )]
     pub openreports: bool,
+
+    /// The enforcement probe (probe/options.rs).
+    #[command(flatten)]
+    pub probe: crate::reconcile::probe::ProbeOptions,
 }
 
 /// The leader election's clocks as given on the command line, before they are checked

@@ -59,6 +59,7 @@ pub async fn run(options: RunOptions) -> Result<()> {
         LeaderGate::always()
     });
     let state = Arc::new(State::new(gate.clone()));
+    state.probes.configure(options.probe.clone());
     state.health.beat();
 
     let shutdown = shutdown_signal();

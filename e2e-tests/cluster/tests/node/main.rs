@@ -20,6 +20,7 @@ mod n3_drift;
 mod n4_chart;
 mod n5_delete;
 mod n6_holes;
+mod n7_enforced;
 mod pods;
 
 use std::time::Duration;

@@ -30,7 +30,7 @@ const SYSTEM_BASELINE: &str = "namespace-baseline-system";
 const POD_SELECTOR: &str = "app.kubernetes.io/name=namespace-baseline-reconciler";
 
 /// Runs helm against the node's API server: success and output.
-fn helm_run(args: &[&str]) -> (bool, String) {
+pub(crate) fn helm_run(args: &[&str]) -> (bool, String) {
     let helm = std::env::var("NSB_HELM_BIN").unwrap_or_else(|_| {
         panic!("NSB_HELM_BIN is not set: node-tests.sh builds helm (charts/install-helm.sh)")
     });
@@ -52,14 +52,14 @@ fn helm_run(args: &[&str]) -> (bool, String) {
     (output.status.success(), text)
 }
 
-fn helm(args: &[&str]) -> String {
+pub(crate) fn helm(args: &[&str]) -> String {
     let (ok, text) = helm_run(args);
     assert!(ok, "helm {args:?} failed:\n{text}");
     text
 }
 
 /// The installed release; uninstalled (and waited for) when dropped, also on a failure.
-struct Release;
+pub(crate) struct Release;
 
 impl Drop for Release {
     fn drop(&mut self) {
@@ -149,27 +149,7 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
     );
 
     // --- install, as a user would --------------------------------------------------------
-    // The API door for this cluster, printed by the reconciler from the EndpointSlices of
-    // default/kubernetes (README: "Install in a cluster").
-    let door_values =
-        std::env::temp_dir().join(format!("nsb-node-api-door-{}.yaml", std::process::id()));
-    let binary =
-        std::env::var("NSB_RECONCILER_BIN").expect("NSB_RECONCILER_BIN: the reconciler binary");
-    let printed = Command::new(&binary)
-        .args(["api-door", "-o", "values"])
-        .env(
-            "KUBECONFIG",
-            std::env::var("TEST_KUBECONFIG").expect("TEST_KUBECONFIG"),
-        )
-        .output()
-        .expect("running api-door");
-    assert!(
-        printed.status.success(),
-        "api-door failed: {}",
-        String::from_utf8_lossy(&printed.stderr)
-    );
-    let door_text = String::from_utf8(printed.stdout).unwrap();
-    std::fs::write(&door_values, &door_text).unwrap();
+    let (door_values, door_text) = api_door_values();
     eprintln!("FIGURE n4: the API door of the test node, as `api-door` prints it:\n{door_text}");
     let chart = repo_root().join("charts/namespace-baseline");
     let started = Instant::now();
@@ -436,6 +416,32 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
     names
         .delete_namespaces(&[walled_ns, open_ns, other_ns])
         .await;
+}
+
+/// The API door for this cluster, printed by the reconciler from the EndpointSlices of
+/// default/kubernetes (README: "Install in a cluster"), as a values file for `helm -f`: its
+/// path and text.
+pub(crate) fn api_door_values() -> (std::path::PathBuf, String) {
+    let door_values =
+        std::env::temp_dir().join(format!("nsb-node-api-door-{}.yaml", std::process::id()));
+    let binary =
+        std::env::var("NSB_RECONCILER_BIN").expect("NSB_RECONCILER_BIN: the reconciler binary");
+    let printed = Command::new(&binary)
+        .args(["api-door", "-o", "values"])
+        .env(
+            "KUBECONFIG",
+            std::env::var("TEST_KUBECONFIG").expect("TEST_KUBECONFIG"),
+        )
+        .output()
+        .expect("running api-door");
+    assert!(
+        printed.status.success(),
+        "api-door failed: {}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    let door_text = String::from_utf8(printed.stdout).unwrap();
+    std::fs::write(&door_values, &door_text).unwrap();
+    (door_values, door_text)
 }
 
 /// The network namespace of a reconciler pod's container, to probe from (the image has no

@@ -74,7 +74,7 @@ pub(super) struct Document {
 enum Object {
     Namespace(Namespace),
     Policy(NetworkPolicy),
-    Baseline(NamespaceBaseline),
+    Baseline(Box<NamespaceBaseline>),
     /// A Service, an EndpointSlice or a Pod: what the DNS door is checked against.
     Dns(DnsObject),
     /// Not one `plan` reads: the note says what and why.
@@ -94,7 +94,7 @@ pub fn from_manifests(options: &PlanOptions) -> Result<PlanInput, PlanInputError
                 Object::Policy(policy) => collected.policy(&document.origin, policy)?,
                 Object::Dns(object) => collected.dns.push(object),
                 Object::Baseline(baseline) if !baselines_given => {
-                    collected.baseline(&document.origin, baseline)?;
+                    collected.baseline(&document.origin, *baseline)?;
                 }
                 Object::Baseline(baseline) => collected.notes.push(format!(
                     "{}: NamespaceBaseline {} ignored: --baseline gives the baselines",
@@ -242,7 +242,7 @@ impl Collected {
             let before = self.baselines.len();
             for document in read_manifests(path)? {
                 match classify(&document)? {
-                    Object::Baseline(baseline) => self.baseline(&document.origin, baseline)?,
+                    Object::Baseline(baseline) => self.baseline(&document.origin, *baseline)?,
                     Object::Namespace(_) | Object::Policy(_) | Object::Dns(_) => self.notes.push(format!(
                         "{}: ignored: --baseline reads only NamespaceBaselines (give Namespaces and NetworkPolicies with --manifests)",
                         document.origin
@@ -524,7 +524,7 @@ fn classify(document: &Document) -> Result<Object, PlanInputError> {
             name,
         )?))),
         "Pod" => Object::Dns(DnsObject::Pod(Box::new(typed(document, "Pod", name)?))),
-        _ => Object::Baseline(typed(document, KIND, name)?),
+        _ => Object::Baseline(Box::new(typed(document, KIND, name)?)),
     })
 }
 
