@@ -3,19 +3,22 @@
 //! without any label; its status counts the namespaces it covers and those it leaves out, and
 //! `plan --cluster` (as the reconciler's ServiceAccount) names the ones it leaves out.
 //!
-//! The refusal of *adding* the opt-out label goes through the admission policy, which this
-//! control plane does not run (no admission webhook): it is judged by the policy's fixtures
-//! (`e2e-tests/fixtures/ca-selector-*`) until a webhook stand-in serves the chain here.
+//! Then, through the real admission chain (the built policy in the stand-in policy-server,
+//! as in s12), kube-apiserver refuses a tenant's way out: *adding* the opt-out label to a
+//! covered namespace, and *creating* a namespace that already carries it.
 
 use std::collections::BTreeSet;
+use std::panic::AssertUnwindSafe;
 use std::process::Command;
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
+use namespace_baseline_cluster_tests::admission::AdmissionChain;
 use namespace_baseline_cluster_tests::{
-    Cluster, ENV_RECONCILER_BIN, condition, deny_all_policy_name, get_policy, wait_until,
+    Cluster, ENV_RECONCILER_BIN, Scenario, condition, deny_all_policy_name, get_policy, wait_until,
 };
 use serde_json::{Value, json};
 
@@ -199,6 +202,29 @@ async fn s13_an_opt_out_selector_walls_namespaces_that_never_carried_a_label() {
     );
     figure("s13", format!("plan --cluster:\n{ours_text}"));
 
+    // Through the real admission chain: opting out alone is refused by the API server.
+    let chain = cluster
+        .start_admission_chain()
+        .await
+        .expect("the stand-in policy-server in the admission chain");
+    let checked = AssertUnwindSafe(opting_out_is_refused(
+        &cluster, &names, &baseline, &plain[0], &chain,
+    ))
+    .catch_unwind()
+    .await;
+    if checked.is_err() {
+        eprintln!(
+            "stand-in policy-server:\n{}",
+            chain.policy_server.log_tail(60)
+        );
+    }
+    // Fail closed: the configuration must go before anything else runs on this API server.
+    let removed = chain.remove().await;
+    if let Err(panic) = checked {
+        std::panic::resume_unwind(panic);
+    }
+    removed.expect("removing the webhook configuration");
+
     // Cleanup: deletionPolicy Delete takes the wall away with the baseline.
     cluster
         .baselines()
@@ -220,4 +246,94 @@ async fn s13_an_opt_out_selector_walls_namespaces_that_never_carried_a_label() {
         .await;
     reconciler.stop().await.unwrap();
     assert_rbac_was_enough(&cluster, mark);
+}
+
+/// With the stand-in policy-server in the admission chain: adding the opt-out label to the
+/// covered namespace `covered` is refused with the policy's message (and the label is not
+/// there afterwards), and so is creating a namespace that already carries it.
+async fn opting_out_is_refused(
+    cluster: &Cluster,
+    names: &Scenario,
+    baseline: &str,
+    covered: &str,
+    chain: &AdmissionChain,
+) {
+    let denied_by = format!(
+        "admission webhook \"{}\" denied the request: ",
+        chain.policy.webhook_name()
+    );
+    let namespaces: Api<Namespace> = Api::all(cluster.admin.clone());
+    let opt_out = Patch::Merge(json!({"metadata": {"labels": {OPT_OUT: "true"}}}));
+    let refusal = |result: Result<Namespace, kube::Error>| match result {
+        Err(kube::Error::Api(status)) => Some((status.code, status.message)),
+        _ => None,
+    };
+
+    // The chain is in place once a dry-run of the opt-out (no side effects, so the webhook is
+    // called) is refused by it.
+    let (_, effective) = wait_until(
+        "the webhook in the admission chain",
+        Duration::from_secs(15),
+        || async {
+            let dry_run = PatchParams {
+                dry_run: true,
+                ..PatchParams::default()
+            };
+            Ok(refusal(namespaces.patch(covered, &dry_run, &opt_out).await)
+                .filter(|(_, message)| message.starts_with(&denied_by)))
+        },
+    )
+    .await
+    .unwrap_or_else(|error| panic!("{error:#}\n{}", chain.policy_server.log_tail(20)));
+    figure(
+        "s13",
+        format!("webhook configuration effective after {effective:?}"),
+    );
+
+    let (code, message) = refusal(
+        namespaces
+            .patch(covered, &PatchParams::default(), &opt_out)
+            .await,
+    )
+    .expect("the API server must refuse adding the opt-out label");
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.starts_with(&denied_by)
+            && message.contains(&format!(
+                "namespace \"{covered}\" is guarded by NamespaceBaseline \"{baseline}\""
+            ))
+            && message.contains("would take it out of the baseline"),
+        "{message}"
+    );
+    let labels = namespaces.get(covered).await.unwrap().metadata.labels;
+    assert!(
+        !labels.unwrap_or_default().contains_key(OPT_OUT),
+        "the opt-out label was added"
+    );
+    figure(
+        "s13",
+        format!("add the opt-out label as admin: {code} {message}"),
+    );
+
+    let born_opted = names.namespace("born-opted");
+    let namespace: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": born_opted, "labels": {OPT_OUT: "true"}},
+    }))
+    .unwrap();
+    let (code, message) = refusal(namespaces.create(&PostParams::default(), &namespace).await)
+        .expect("the API server must refuse creating an opted-out namespace");
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.starts_with(&denied_by)
+            && message.contains(&format!(
+                "namespace \"{born_opted}\" would be created outside NamespaceBaseline \"{baseline}\""
+            )),
+        "{message}"
+    );
+    assert!(namespaces.get_opt(&born_opted).await.unwrap().is_none());
+    figure(
+        "s13",
+        format!("create a namespace carrying the opt-out label as admin: {code} {message}"),
+    );
 }
