@@ -1,5 +1,5 @@
 //! What a namespace's OpenReports `Report` says: the results for the wall, each hole and the
-//! DNS door, and their summary. Pure: the reconciler writes it (`reconciler/src/reports/`),
+//! DNS door, and their summary. Pure: the reconciler writes it (`reconciler/src/reconcile/reports.rs`),
 //! and whoever reads the cluster's policy results (Policy Reporter, `kubectl get reports`)
 //! sees the wall beside every other engine's results.
 //!

@@ -165,7 +165,7 @@ pub struct RunOptions {
     )]
     pub openreports: bool,
 
-    /// The enforcement probe (probe/options.rs).
+    /// The enforcement probe (reconcile/probe/options.rs).
     #[command(flatten)]
     pub probe: crate::reconcile::probe::ProbeOptions,
 }
