@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
+use crate::engine::{canonical_eq, entry_eq};
 use crate::facts::{ExistingPolicy, PolicyFacts};
 use crate::identity::{deny_all_policy_name, dns_policy_name, managed_labels};
 use crate::spec::{DnsSpec, NamespaceBaselineSpec};
@@ -154,7 +155,7 @@ impl Change {
 /// manager added count) and the managed labels. Labels and annotations others add are
 /// tolerated: they do not weaken the wall.
 pub fn drift(desired: &NetworkPolicy, actual: &(impl PolicyFacts + ?Sized)) -> Option<Drift> {
-    if canonical(desired.spec.as_ref()) != canonical(actual.spec()) {
+    if !canonical_eq(&spec_json(desired.spec.as_ref()), &spec_json(actual.spec())) {
         return Some(Drift::Spec);
     }
     let actual_labels = actual.labels();
@@ -170,14 +171,14 @@ pub fn drift(desired: &NetworkPolicy, actual: &(impl PolicyFacts + ?Sized)) -> O
 /// Where `actual` differs from `desired`, for people: the top-level spec fields
 /// (`spec.egress`, `spec.podSelector`, ...) and the managed labels
 /// (`metadata.labels[hedronite.io/baseline]`) that make [`drift`] find a difference. Empty
-/// exactly when [`drift`] is `None`; compared the same way (see [`canonical_json`]).
+/// exactly when [`drift`] is `None`; compared the same way (the rule engine's [`canonical_eq`]).
 pub fn drifted_fields(
     desired: &NetworkPolicy,
     actual: &(impl PolicyFacts + ?Sized),
 ) -> Vec<String> {
     let mut fields = Vec::new();
-    let (want, have) = (canonical(desired.spec.as_ref()), canonical(actual.spec()));
-    if want != have {
+    let (want, have) = (spec_json(desired.spec.as_ref()), spec_json(actual.spec()));
+    if !canonical_eq(&want, &have) {
         let empty = serde_json::Map::new();
         let want_fields = want.as_object().unwrap_or(&empty);
         let have_fields = have.as_object().unwrap_or(&empty);
@@ -186,7 +187,7 @@ pub fn drifted_fields(
         keys.dedup();
         fields.extend(
             keys.into_iter()
-                .filter(|key| want_fields.get(*key) != have_fields.get(*key))
+                .filter(|key| !entry_eq(want_fields.get(*key), have_fields.get(*key)))
                 .map(|key| format!("spec.{key}")),
         );
         if fields.is_empty() {
@@ -203,33 +204,10 @@ pub fn drifted_fields(
     fields
 }
 
-/// JSON with nulls, empty lists and empty maps dropped from objects, so that `ingress: []`
-/// (what we apply) and an absent `ingress` (what the API server returns) compare equal,
-/// while `egress: [{}]` (allow all egress) stays different from no egress at all.
-pub(crate) fn canonical_json(value: &Value) -> Value {
-    fn is_empty(value: &Value) -> bool {
-        match value {
-            Value::Null => true,
-            Value::Array(items) => items.is_empty(),
-            Value::Object(map) => map.is_empty(),
-            _ => false,
-        }
-    }
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| (key.clone(), canonical_json(value)))
-                .filter(|(_, value)| !is_empty(value))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(canonical_json).collect()),
-        other => other.clone(),
-    }
-}
-
-fn canonical(spec: Option<&NetworkPolicySpec>) -> Value {
+/// A spec as JSON, for the rule engine's [`canonical_eq`] (no spec: `null`).
+fn spec_json(spec: Option<&NetworkPolicySpec>) -> Value {
     // Serializing k8s-openapi types cannot fail: they hold only JSON-representable data.
-    canonical_json(&serde_json::to_value(spec).unwrap_or(Value::Null))
+    serde_json::to_value(spec).unwrap_or(Value::Null)
 }
 
 /// One write that brings a namespace to its wall.

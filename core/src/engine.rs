@@ -1,0 +1,192 @@
+//! The NetworkPolicy rule engine: the one place that says what a NetworkPolicy spec opens
+//! (its holes, [`spec_holes`]), which directions it governs (the `policyTypes` default,
+//! [`governed`]) and when two specs are the same wall ([`canonical_eq`]), so that the
+//! reconciler and the admission policy cannot disagree about them.
+//!
+//! The rules read a spec as a [`SpecShape`]: the little of it they look at, borrowed. Its two
+//! readers are thin adapters onto it: [`crate::holes::spec_holes`] over k8s-openapi's
+//! `NetworkPolicySpec` (the reconciler, the playground), and `admission::netpol` over the
+//! request's borrowed JSON (the policy's wasm module, which must not carry k8s-openapi's
+//! deserializers). Canonical equality walks either JSON tree through [`Tree`].
+
+use crate::holes::{Direction, Hole, Width};
+use crate::reach::{IpBlockShape, opens_internet};
+use crate::selector::selects_unlabelled;
+
+/// A NetworkPolicy spec, as the rules read it.
+pub(crate) struct SpecShape<'a> {
+    /// `policyTypes`, when given (absent or `null`: `None`).
+    pub policy_types: Option<Vec<&'a str>>,
+    pub ingress: Vec<RuleShape<'a>>,
+    pub egress: Vec<RuleShape<'a>>,
+}
+
+/// One `ingress` or `egress` rule.
+pub(crate) struct RuleShape<'a> {
+    /// Its `from` (or `to`) peers.
+    pub peers: Vec<PeerShape<'a>>,
+    /// It names no port: every port is open.
+    pub all_ports: bool,
+}
+
+/// One peer of a rule.
+pub(crate) struct PeerShape<'a> {
+    pub ip_block: Option<IpBlockShape<'a>>,
+    pub namespace_selector: Option<SelectorShape<'a>>,
+    pub pod_selector: Option<SelectorShape<'a>>,
+}
+
+/// A label selector, as far as [`selects_unlabelled`] reads it.
+pub(crate) struct SelectorShape<'a> {
+    /// It has a non-empty `matchLabels`.
+    pub has_match_labels: bool,
+    /// The `(key, operator)` of each `matchExpressions` term.
+    pub expressions: Vec<(&'a str, &'a str)>,
+}
+
+/// The directions (ingress, egress) a spec governs: `policyTypes` when given, else Ingress
+/// always and Egress when it has egress rules (the API server's own defaulting).
+pub(crate) fn governed(spec: &SpecShape<'_>) -> (bool, bool) {
+    match &spec.policy_types {
+        Some(types) if !types.is_empty() => (types.contains(&"Ingress"), types.contains(&"Egress")),
+        _ => (true, !spec.egress.is_empty()),
+    }
+}
+
+/// The holes a spec opens, named `policy`: one per rule of each direction it governs.
+pub(crate) fn spec_holes(policy: &str, spec: SpecShape<'_>) -> Vec<Hole> {
+    let (ingress_on, egress_on) = governed(&spec);
+    let mut found = Vec::new();
+    for (on, direction, rules) in [
+        (ingress_on, Direction::Ingress, spec.ingress),
+        (egress_on, Direction::Egress, spec.egress),
+    ] {
+        if on {
+            for (index, rule) in rules.into_iter().enumerate() {
+                found.push(hole(policy, direction, index, rule));
+            }
+        }
+    }
+    found
+}
+
+/// The hole a rule opens. Its ipBlocks are judged together (the addresses they open add up),
+/// its selector peers one by one; the widest decides, and no peer at all opens to any source
+/// or destination.
+fn hole(policy: &str, direction: Direction, rule: usize, shape: RuleShape<'_>) -> Hole {
+    let mut blocks = Vec::new();
+    let mut width = None;
+    for peer in shape.peers {
+        match peer.ip_block {
+            Some(block) => blocks.push(block),
+            None => {
+                let opened = selector_width(peer.namespace_selector, peer.pod_selector);
+                width = Some(width.map_or(opened, |width: Width| width.min(opened)));
+            }
+        }
+    }
+    if !blocks.is_empty() {
+        let addresses = if opens_internet(&blocks) {
+            Width::World
+        } else {
+            Width::Addresses
+        };
+        width = Some(width.map_or(addresses, |width| width.min(addresses)));
+    }
+    Hole {
+        policy: policy.to_owned(),
+        direction,
+        rule,
+        width: width.unwrap_or(Width::World),
+        all_ports: shape.all_ports,
+        reach: None,
+    }
+}
+
+/// How far a peer of selectors (no ipBlock) opens: a selector "selects every" namespace (or
+/// pod) when it selects every one anyone creates ([`selects_unlabelled`]); no pod selector
+/// selects every pod.
+fn selector_width(namespaces: Option<SelectorShape<'_>>, pods: Option<SelectorShape<'_>>) -> Width {
+    let every = |selector: &SelectorShape<'_>, namespaces| {
+        selects_unlabelled(
+            selector.has_match_labels,
+            selector.expressions.iter().copied(),
+            namespaces,
+        )
+    };
+    let pods_all = pods.as_ref().is_none_or(|pods| every(pods, false));
+    match namespaces.map(|namespaces| every(&namespaces, true)) {
+        Some(true) if pods_all => Width::Cluster,
+        Some(false) if pods_all => Width::Namespaces,
+        // Some pods of some namespaces, or a pod selector alone: pods of this namespace.
+        _ => Width::Pods,
+    }
+}
+
+/// A JSON value as [`canonical_eq`] walks it: `serde_json::Value` (the reconciler's specs,
+/// serialized) and the admission policy's borrowed `Json`.
+pub(crate) trait Tree: PartialEq + Sized {
+    fn is_null(&self) -> bool;
+    /// The items of an array.
+    fn items(&self) -> Option<&[Self]>;
+    /// The entries of an object.
+    fn entries(&self) -> Option<impl Iterator<Item = (&str, &Self)>>;
+    /// The entry `key` of an object.
+    fn get(&self, key: &str) -> Option<&Self>;
+}
+
+impl Tree for serde_json::Value {
+    fn is_null(&self) -> bool {
+        self.is_null()
+    }
+
+    fn items(&self) -> Option<&[Self]> {
+        self.as_array().map(Vec::as_slice)
+    }
+
+    fn entries(&self) -> Option<impl Iterator<Item = (&str, &Self)>> {
+        self.as_object()
+            .map(|map| map.iter().map(|(key, value)| (key.as_str(), value)))
+    }
+
+    fn get(&self, key: &str) -> Option<&Self> {
+        self.as_object()?.get(key)
+    }
+}
+
+/// Whether two specs (or any two JSON values) are equal once nulls, empty lists and objects
+/// whose entries are all dropped are dropped from their objects: so that `ingress: []` (what
+/// the reconciler applies) and an absent `ingress` (what the API server returns) compare
+/// equal, while `egress: [{}]` (allow all egress) stays different from no egress at all. The
+/// wall's drift check and the policy's guard of the wall's specs both compare this way.
+pub(crate) fn canonical_eq<T: Tree>(a: &T, b: &T) -> bool {
+    if let (Some(mut left), Some(mut right)) = (a.entries(), b.entries()) {
+        return left.all(|(key, value)| entry_eq(Some(value), b.get(key)))
+            && right.all(|(key, value)| entry_eq(a.get(key), Some(value)));
+    }
+    match (a.items(), b.items()) {
+        (Some(a), Some(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| canonical_eq(a, b))
+        }
+        _ => a == b,
+    }
+}
+
+/// Whether an object's entries of one key are equal in the sense of [`canonical_eq`]: an
+/// absent entry and a dropped one alike.
+pub(crate) fn entry_eq<T: Tree>(a: Option<&T>, b: Option<&T>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) if !dropped(a) || !dropped(b) => canonical_eq(a, b),
+        (a, b) => a.is_none_or(dropped) && b.is_none_or(dropped),
+    }
+}
+
+/// Whether a value is dropped from its object: null, an empty list, or an object whose
+/// entries are all dropped.
+fn dropped<T: Tree>(value: &T) -> bool {
+    value.is_null()
+        || value.items().is_some_and(<[T]>::is_empty)
+        || value
+            .entries()
+            .is_some_and(|mut entries| entries.all(|(_, value)| dropped(value)))
+}
