@@ -7,8 +7,13 @@
 //! readers are thin adapters onto it: [`crate::holes::spec_holes`] over k8s-openapi's
 //! `NetworkPolicySpec` (the reconciler, the playground), and `admission::netpol` over the
 //! request's borrowed JSON (the policy's wasm module, which must not carry k8s-openapi's
-//! deserializers). Canonical equality walks either JSON tree through [`Tree`].
+//! deserializers). Canonical equality compares the policy's borrowed JSON tree, into which
+//! the reconciler's specs are read too ([`spec_json`]).
 
+use k8s_openapi::api::networking::v1::NetworkPolicySpec;
+use serde::Deserialize;
+
+use crate::admission::json::Json;
 use crate::holes::{Direction, Hole, Width};
 use crate::reach::{IpBlockShape, opens_internet};
 use crate::selector::selects_unlabelled;
@@ -123,58 +128,38 @@ fn selector_width(namespaces: Option<SelectorShape<'_>>, pods: Option<SelectorSh
     }
 }
 
-/// A JSON value as [`canonical_eq`] walks it: `serde_json::Value` (the reconciler's specs,
-/// serialized) and the admission policy's borrowed `Json`.
-pub(crate) trait Tree: PartialEq + Sized {
-    fn is_null(&self) -> bool;
-    /// The items of an array.
-    fn items(&self) -> Option<&[Self]>;
-    /// The entries of an object.
-    fn entries(&self) -> Option<impl Iterator<Item = (&str, &Self)>>;
-    /// The entry `key` of an object.
-    fn get(&self, key: &str) -> Option<&Self>;
-}
-
-impl Tree for serde_json::Value {
-    fn is_null(&self) -> bool {
-        self.is_null()
-    }
-
-    fn items(&self) -> Option<&[Self]> {
-        self.as_array().map(Vec::as_slice)
-    }
-
-    fn entries(&self) -> Option<impl Iterator<Item = (&str, &Self)>> {
-        self.as_object()
-            .map(|map| map.iter().map(|(key, value)| (key.as_str(), value)))
-    }
-
-    fn get(&self, key: &str) -> Option<&Self> {
-        self.as_object()?.get(key)
-    }
+/// A NetworkPolicy spec (k8s-openapi's type) as the JSON tree [`canonical_eq`] compares: the
+/// admission policy reads the request's specs into the same tree (no spec: `null`).
+pub(crate) fn spec_json(spec: Option<&NetworkPolicySpec>) -> Json<'static> {
+    // Serializing k8s-openapi types cannot fail: they hold only JSON-representable data.
+    serde_json::to_value(spec).map_or(Json::Null, |value| {
+        Json::deserialize(value).unwrap_or_default()
+    })
 }
 
 /// Whether two specs (or any two JSON values) are equal once nulls, empty lists and objects
-/// whose entries are all dropped are dropped from their objects: so that `ingress: []` (what
-/// the reconciler applies) and an absent `ingress` (what the API server returns) compare
-/// equal, while `egress: [{}]` (allow all egress) stays different from no egress at all. The
-/// wall's drift check and the policy's guard of the wall's specs both compare this way.
-pub(crate) fn canonical_eq<T: Tree>(a: &T, b: &T) -> bool {
-    if let (Some(mut left), Some(mut right)) = (a.entries(), b.entries()) {
-        return left.all(|(key, value)| entry_eq(Some(value), b.get(key)))
-            && right.all(|(key, value)| entry_eq(a.get(key), Some(value)));
-    }
-    match (a.items(), b.items()) {
-        (Some(a), Some(b)) => {
+/// whose entries are all dropped are dropped from their objects: `ingress: []` (what the
+/// reconciler applies) equals an absent `ingress` (what the API server returns), while
+/// `egress: [{}]` (allow all egress) differs from no egress at all. The wall's drift check
+/// and the policy's guard of the wall's specs both compare this way.
+pub(crate) fn canonical_eq(a: &Json<'_>, b: &Json<'_>) -> bool {
+    match (a, b) {
+        (Json::Object(a), Json::Object(b)) => {
+            a.iter()
+                .all(|(key, value)| entry_eq(Some(value), b.get(key)))
+                && b.iter()
+                    .all(|(key, value)| entry_eq(a.get(key), Some(value)))
+        }
+        (Json::Array(a), Json::Array(b)) => {
             a.len() == b.len() && a.iter().zip(b).all(|(a, b)| canonical_eq(a, b))
         }
-        _ => a == b,
+        (a, b) => a == b,
     }
 }
 
-/// Whether an object's entries of one key are equal in the sense of [`canonical_eq`]: an
+/// Whether an object's entries of one key are equal as [`canonical_eq`] compares them: an
 /// absent entry and a dropped one alike.
-pub(crate) fn entry_eq<T: Tree>(a: Option<&T>, b: Option<&T>) -> bool {
+pub(crate) fn entry_eq(a: Option<&Json<'_>>, b: Option<&Json<'_>>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) if !dropped(a) || !dropped(b) => canonical_eq(a, b),
         (a, b) => a.is_none_or(dropped) && b.is_none_or(dropped),
@@ -183,10 +168,11 @@ pub(crate) fn entry_eq<T: Tree>(a: Option<&T>, b: Option<&T>) -> bool {
 
 /// Whether a value is dropped from its object: null, an empty list, or an object whose
 /// entries are all dropped.
-fn dropped<T: Tree>(value: &T) -> bool {
-    value.is_null()
-        || value.items().is_some_and(<[T]>::is_empty)
-        || value
-            .entries()
-            .is_some_and(|mut entries| entries.all(|(_, value)| dropped(value)))
+fn dropped(value: &Json<'_>) -> bool {
+    match value {
+        Json::Null => true,
+        Json::Array(items) => items.is_empty(),
+        Json::Object(map) => map.values().all(dropped),
+        _ => false,
+    }
 }

@@ -1,7 +1,7 @@
 //! The wall: the NetworkPolicies a baseline wants in a namespace, whether an existing policy
 //! is still that wall, and the changes that bring a namespace to it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -9,9 +9,8 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::Value;
 
-use crate::engine::{canonical_eq, entry_eq};
+use crate::engine::{canonical_eq, entry_eq, spec_json};
 use crate::facts::{ExistingPolicy, PolicyFacts};
 use crate::identity::{deny_all_policy_name, dns_policy_name, managed_labels};
 use crate::spec::{DnsSpec, NamespaceBaselineSpec};
@@ -179,12 +178,14 @@ pub fn drifted_fields(
     let mut fields = Vec::new();
     let (want, have) = (spec_json(desired.spec.as_ref()), spec_json(actual.spec()));
     if !canonical_eq(&want, &have) {
-        let empty = serde_json::Map::new();
+        let empty = BTreeMap::new();
         let want_fields = want.as_object().unwrap_or(&empty);
         let have_fields = have.as_object().unwrap_or(&empty);
-        let mut keys: Vec<&String> = want_fields.keys().chain(have_fields.keys()).collect();
-        keys.sort();
-        keys.dedup();
+        let keys: BTreeSet<&str> = want_fields
+            .keys()
+            .chain(have_fields.keys())
+            .map(|key| &**key)
+            .collect();
         fields.extend(
             keys.into_iter()
                 .filter(|key| !entry_eq(want_fields.get(*key), have_fields.get(*key)))
@@ -202,12 +203,6 @@ pub fn drifted_fields(
         }
     }
     fields
-}
-
-/// A spec as JSON, for the rule engine's [`canonical_eq`] (no spec: `null`).
-fn spec_json(spec: Option<&NetworkPolicySpec>) -> Value {
-    // Serializing k8s-openapi types cannot fail: they hold only JSON-representable data.
-    serde_json::to_value(spec).unwrap_or(Value::Null)
 }
 
 /// One write that brings a namespace to its wall.
@@ -270,6 +265,7 @@ mod tests {
     use super::*;
     use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL};
     use rstest::rstest;
+    use serde_json::Value;
     use serde_json::json;
 
     fn spec(value: Value) -> NamespaceBaselineSpec {

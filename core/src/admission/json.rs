@@ -86,27 +86,6 @@ impl<'a> Json<'a> {
     }
 }
 
-/// The rule engine's canonical equality ([`crate::engine::canonical_eq`]) walks it as it
-/// walks a `Value`.
-impl crate::engine::Tree for Json<'_> {
-    fn is_null(&self) -> bool {
-        self.is_null()
-    }
-
-    fn items(&self) -> Option<&[Self]> {
-        self.as_array().map(Vec::as_slice)
-    }
-
-    fn entries(&self) -> Option<impl Iterator<Item = (&str, &Self)>> {
-        self.as_object()
-            .map(|map| map.iter().map(|(key, value)| (&**key, value)))
-    }
-
-    fn get(&self, key: &str) -> Option<&Self> {
-        self.as_object()?.get(key)
-    }
-}
-
 impl<'de: 'a, 'a> Deserialize<'de> for Json<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(JsonVisitor)
