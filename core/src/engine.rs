@@ -18,58 +18,81 @@ use crate::holes::{Direction, Hole, Width};
 use crate::reach::{IpBlockShape, opens_internet};
 use crate::selector::selects_unlabelled;
 
-/// A NetworkPolicy spec, as the rules read it.
-pub(crate) struct SpecShape<'a> {
+/// A NetworkPolicy spec, as the rules read it: borrowed, and lazily (each reader's iterators,
+/// so that the policy's module holds no list built only to be read once).
+pub(crate) struct SpecShape<T, I, E> {
     /// `policyTypes`, when given (absent or `null`: `None`).
-    pub policy_types: Option<Vec<&'a str>>,
-    pub ingress: Vec<RuleShape<'a>>,
-    pub egress: Vec<RuleShape<'a>>,
+    pub policy_types: Option<T>,
+    /// The `ingress` rules ([`RuleShape`]s).
+    pub ingress: I,
+    /// The `egress` rules ([`RuleShape`]s).
+    pub egress: E,
 }
 
 /// One `ingress` or `egress` rule.
-pub(crate) struct RuleShape<'a> {
-    /// Its `from` (or `to`) peers.
-    pub peers: Vec<PeerShape<'a>>,
+pub(crate) struct RuleShape<P> {
+    /// Its `from` (or `to`) peers ([`PeerShape`]s).
+    pub peers: P,
     /// It names no port: every port is open.
     pub all_ports: bool,
 }
 
 /// One peer of a rule.
-pub(crate) struct PeerShape<'a> {
+pub(crate) struct PeerShape<'a, X> {
     pub ip_block: Option<IpBlockShape<'a>>,
-    pub namespace_selector: Option<SelectorShape<'a>>,
-    pub pod_selector: Option<SelectorShape<'a>>,
+    pub namespace_selector: Option<SelectorShape<X>>,
+    pub pod_selector: Option<SelectorShape<X>>,
 }
 
 /// A label selector, as far as [`selects_unlabelled`] reads it.
-pub(crate) struct SelectorShape<'a> {
+pub(crate) struct SelectorShape<X> {
     /// It has a non-empty `matchLabels`.
     pub has_match_labels: bool,
     /// The `(key, operator)` of each `matchExpressions` term.
-    pub expressions: Vec<(&'a str, &'a str)>,
+    pub expressions: X,
 }
 
-/// The directions (ingress, egress) a spec governs: `policyTypes` when given, else Ingress
-/// always and Egress when it has egress rules (the API server's own defaulting).
-pub(crate) fn governed(spec: &SpecShape<'_>) -> (bool, bool) {
-    match &spec.policy_types {
-        Some(types) if !types.is_empty() => (types.contains(&"Ingress"), types.contains(&"Egress")),
-        _ => (true, !spec.egress.is_empty()),
+/// The directions (ingress, egress) a spec governs: `policyTypes` when given (and not
+/// empty), else Ingress always and Egress when it has egress rules (the API server's own
+/// defaulting).
+fn governed<'a>(
+    policy_types: Option<impl IntoIterator<Item = &'a str>>,
+    has_egress_rules: bool,
+) -> (bool, bool) {
+    let (mut given, mut ingress, mut egress) = (false, false, false);
+    for kind in policy_types.into_iter().flatten() {
+        given = true;
+        ingress |= kind == "Ingress";
+        egress |= kind == "Egress";
+    }
+    if given {
+        (ingress, egress)
+    } else {
+        (true, has_egress_rules)
     }
 }
 
 /// The holes a spec opens, named `policy`: one per rule of each direction it governs.
-pub(crate) fn spec_holes(policy: &str, spec: SpecShape<'_>) -> Vec<Hole> {
-    let (ingress_on, egress_on) = governed(&spec);
+pub(crate) fn spec_holes<'a, T, I, E, P, Q, X>(policy: &str, spec: SpecShape<T, I, E>) -> Vec<Hole>
+where
+    T: IntoIterator<Item = &'a str>,
+    I: Iterator<Item = RuleShape<P>>,
+    E: Iterator<Item = RuleShape<Q>>,
+    P: IntoIterator<Item = PeerShape<'a, X>>,
+    Q: IntoIterator<Item = PeerShape<'a, X>>,
+    X: IntoIterator<Item = (&'a str, &'a str)>,
+{
+    let mut egress = spec.egress.peekable();
+    let (ingress_on, egress_on) = governed(spec.policy_types, egress.peek().is_some());
     let mut found = Vec::new();
-    for (on, direction, rules) in [
-        (ingress_on, Direction::Ingress, spec.ingress),
-        (egress_on, Direction::Egress, spec.egress),
-    ] {
-        if on {
-            for (index, rule) in rules.into_iter().enumerate() {
-                found.push(hole(policy, direction, index, rule));
-            }
+    if ingress_on {
+        for (index, rule) in spec.ingress.enumerate() {
+            found.push(hole(policy, Direction::Ingress, index, rule));
+        }
+    }
+    if egress_on {
+        for (index, rule) in egress.enumerate() {
+            found.push(hole(policy, Direction::Egress, index, rule));
         }
     }
     found
@@ -78,7 +101,11 @@ pub(crate) fn spec_holes(policy: &str, spec: SpecShape<'_>) -> Vec<Hole> {
 /// The hole a rule opens. Its ipBlocks are judged together (the addresses they open add up),
 /// its selector peers one by one; the widest decides, and no peer at all opens to any source
 /// or destination.
-fn hole(policy: &str, direction: Direction, rule: usize, shape: RuleShape<'_>) -> Hole {
+fn hole<'a, P, X>(policy: &str, direction: Direction, rule: usize, shape: RuleShape<P>) -> Hole
+where
+    P: IntoIterator<Item = PeerShape<'a, X>>,
+    X: IntoIterator<Item = (&'a str, &'a str)>,
+{
     let mut blocks = Vec::new();
     let mut width = None;
     for peer in shape.peers {
@@ -111,16 +138,18 @@ fn hole(policy: &str, direction: Direction, rule: usize, shape: RuleShape<'_>) -
 /// How far a peer of selectors (no ipBlock) opens: a selector "selects every" namespace (or
 /// pod) when it selects every one anyone creates ([`selects_unlabelled`]); no pod selector
 /// selects every pod.
-fn selector_width(namespaces: Option<SelectorShape<'_>>, pods: Option<SelectorShape<'_>>) -> Width {
-    let every = |selector: &SelectorShape<'_>, namespaces| {
-        selects_unlabelled(
-            selector.has_match_labels,
-            selector.expressions.iter().copied(),
-            namespaces,
-        )
+fn selector_width<'a, X>(
+    namespaces: Option<SelectorShape<X>>,
+    pods: Option<SelectorShape<X>>,
+) -> Width
+where
+    X: IntoIterator<Item = (&'a str, &'a str)>,
+{
+    let every = |selector: SelectorShape<X>, namespaces| {
+        selects_unlabelled(selector.has_match_labels, selector.expressions, namespaces)
     };
-    let pods_all = pods.as_ref().is_none_or(|pods| every(pods, false));
-    match namespaces.map(|namespaces| every(&namespaces, true)) {
+    let pods_all = pods.is_none_or(|pods| every(pods, false));
+    match namespaces.map(|namespaces| every(namespaces, true)) {
         Some(true) if pods_all => Width::Cluster,
         Some(false) if pods_all => Width::Namespaces,
         // Some pods of some namespaces, or a pod selector alone: pods of this namespace.

@@ -168,44 +168,36 @@ pub fn spec_holes(policy: &str, spec: &NetworkPolicySpec) -> Vec<Hole> {
         policy,
         SpecShape {
             policy_types: (spec.policy_types.as_ref())
-                .map(|types| types.iter().map(String::as_str).collect()),
-            ingress: (spec.ingress.iter().flatten())
-                .map(|r| rule(&r.from, &r.ports))
-                .collect(),
-            egress: (spec.egress.iter().flatten())
-                .map(|r| rule(&r.to, &r.ports))
-                .collect(),
+                .map(|types| types.iter().map(String::as_str)),
+            ingress: (spec.ingress.iter().flatten()).map(|r| rule(&r.from, &r.ports)),
+            egress: (spec.egress.iter().flatten()).map(|r| rule(&r.to, &r.ports)),
         },
     )
 }
 
+/// A rule of either direction, as the engine reads it.
 fn rule<'a>(
     peers: &'a Option<Vec<NetworkPolicyPeer>>,
     ports: &Option<Vec<NetworkPolicyPort>>,
-) -> RuleShape<'a> {
+) -> RuleShape<impl Iterator<Item = PeerShape<'a, impl Iterator<Item = (&'a str, &'a str)>>>> {
     RuleShape {
-        peers: peers.iter().flatten().map(peer_shape).collect(),
+        peers: peers.iter().flatten().map(|peer| PeerShape {
+            ip_block: peer.ip_block.as_ref().map(|block| IpBlockShape {
+                cidr: block.cidr.as_str(),
+                except: block.except.iter().flatten().map(String::as_str).collect(),
+            }),
+            namespace_selector: peer.namespace_selector.as_ref().map(selector),
+            pod_selector: peer.pod_selector.as_ref().map(selector),
+        }),
         all_ports: ports.as_ref().is_none_or(Vec::is_empty),
     }
 }
 
-fn peer_shape(peer: &NetworkPolicyPeer) -> PeerShape<'_> {
-    PeerShape {
-        ip_block: peer.ip_block.as_ref().map(|block| IpBlockShape {
-            cidr: block.cidr.as_str(),
-            except: block.except.iter().flatten().map(String::as_str).collect(),
-        }),
-        namespace_selector: peer.namespace_selector.as_ref().map(selector_shape),
-        pod_selector: peer.pod_selector.as_ref().map(selector_shape),
-    }
-}
-
-fn selector_shape(selector: &LabelSelector) -> SelectorShape<'_> {
+fn selector(selector: &LabelSelector) -> SelectorShape<impl Iterator<Item = (&str, &str)>> {
     SelectorShape {
         has_match_labels: (selector.match_labels.as_ref()).is_some_and(|labels| !labels.is_empty()),
         expressions: (selector.match_expressions.iter().flatten())
-            .map(|requirement| (requirement.key.as_str(), requirement.operator.as_str()))
-            .collect(),
+            .map(|requirement| (requirement.key.as_str(), requirement.operator.as_str())),
     }
 }
 

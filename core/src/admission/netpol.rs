@@ -179,23 +179,17 @@ pub(crate) fn label_selector(selector: &Value<'_>) -> Result<LabelSelector, Sele
 /// [`crate::engine::spec_holes`], read from the JSON of a spec).
 pub(crate) fn spec_holes(policy: &str, spec: &Value<'_>) -> Vec<Hole> {
     let rules = |direction: Direction, peers| {
-        (items(spec, direction.as_lowercase()))
-            .map(|rule| RuleShape {
-                peers: items(rule, peers).map(peer_shape).collect(),
-                all_ports: items(rule, "ports").next().is_none(),
-            })
-            .collect()
+        (items(spec, direction.as_lowercase())).map(move |rule| RuleShape {
+            peers: items(rule, peers).map(peer_shape),
+            all_ports: items(rule, "ports").next().is_none(),
+        })
     };
     let policy_types = get(spec, "policyTypes").and_then(Value::as_array);
     engine::spec_holes(
         policy,
         SpecShape {
-            policy_types: policy_types.map(|types| {
-                types
-                    .iter()
-                    .map(|t| t.as_str().unwrap_or_default())
-                    .collect()
-            }),
+            policy_types: policy_types
+                .map(|types| types.iter().map(|t| t.as_str().unwrap_or_default())),
             ingress: rules(Direction::Ingress, "from"),
             egress: rules(Direction::Egress, "to"),
         },
@@ -222,7 +216,7 @@ fn text<'v>(object: &'v Value<'_>, name: &str) -> &'v str {
         .unwrap_or_default()
 }
 
-fn peer_shape<'v>(peer: &'v Value<'_>) -> PeerShape<'v> {
+fn peer_shape<'v>(peer: &'v Value<'_>) -> PeerShape<'v, impl Iterator<Item = (&'v str, &'v str)>> {
     PeerShape {
         ip_block: get(peer, "ipBlock").map(|block| IpBlockShape {
             cidr: text(block, "cidr"),
@@ -233,13 +227,14 @@ fn peer_shape<'v>(peer: &'v Value<'_>) -> PeerShape<'v> {
     }
 }
 
-fn selector_shape<'v>(selector: &'v Value<'_>) -> SelectorShape<'v> {
+fn selector_shape<'v>(
+    selector: &'v Value<'_>,
+) -> SelectorShape<impl Iterator<Item = (&'v str, &'v str)>> {
     SelectorShape {
         has_match_labels: (get(selector, "matchLabels").and_then(Value::as_object))
             .is_some_and(|labels| !labels.is_empty()),
         expressions: items(selector, "matchExpressions")
-            .map(|requirement| (text(requirement, "key"), text(requirement, "operator")))
-            .collect(),
+            .map(|requirement| (text(requirement, "key"), text(requirement, "operator"))),
     }
 }
 
