@@ -14,6 +14,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
@@ -162,6 +163,49 @@ pub fn check_dns_door(door: &DnsSpec, service: &DnsService<'_>) -> Reachability 
             if ready.len() == 1 { "" } else { "s" },
             describe_ports(&listening)
         ),
+    )
+}
+
+/// The objects a caller read of the cluster's DNS (the reconciler's caches of the DNS
+/// namespace, `plan`'s files, the playground's editor): Services and Pods by their metadata,
+/// and EndpointSlices. Objects of other namespaces and Services may be among them.
+pub struct DnsObjects<'a> {
+    pub services: Vec<&'a ObjectMeta>,
+    pub slices: Vec<&'a EndpointSlice>,
+    pub pods: Vec<&'a ObjectMeta>,
+}
+
+/// [`check_dns_door`] against the objects read: the door's Service (`spec.dns.service`) exists
+/// among them, its EndpointSlices are those in its namespace labelled with its name
+/// ([`SERVICE_NAME_LABEL`]), and an endpoint's pod is looked up by its name in the door's
+/// namespace (`spec.dns.namespace`). The one adapter of the reconciler, `plan` and the
+/// playground.
+pub fn check_dns_objects(door: &DnsSpec, objects: &DnsObjects<'_>) -> Reachability {
+    let (namespace, name) = door.service_ref();
+    let is = |meta: &ObjectMeta, in_namespace: &str, named: &str| {
+        meta.namespace.as_deref() == Some(in_namespace) && meta.name.as_deref() == Some(named)
+    };
+    let pod_labels = |pod: &str| {
+        (objects.pods.iter())
+            .find(|meta| is(meta, &door.namespace, pod))
+            .map(|meta| meta.labels.clone().unwrap_or_default())
+    };
+    let of_service = |slice: &&EndpointSlice| {
+        slice.metadata.namespace.as_deref() == Some(namespace)
+            && (slice.metadata.labels.as_ref())
+                .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
+                .is_some_and(|service| service == name)
+    };
+    check_dns_door(
+        door,
+        &DnsService {
+            exists: objects
+                .services
+                .iter()
+                .any(|meta| is(meta, namespace, name)),
+            slices: objects.slices.iter().copied().filter(of_service).collect(),
+            pod_labels: &pod_labels,
+        },
     )
 }
 

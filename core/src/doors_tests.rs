@@ -112,6 +112,60 @@ fn a_missing_service_is_named() {
     );
 }
 
+/// The adapter picks the door's objects out of whatever was read: the Service and its slices
+/// in the Service's namespace, the endpoints' pods in the door's namespace.
+#[test]
+fn the_dns_objects_adapter_picks_the_doors_objects() {
+    let meta = |namespace: &str, name: &str, labels: Value| -> ObjectMeta {
+        serde_json::from_value(json!({"namespace": namespace, "name": name, "labels": labels}))
+            .unwrap()
+    };
+    let of_service = |mut slice: EndpointSlice, service: &str| {
+        slice.metadata.labels = Some(BTreeMap::from([(
+            SERVICE_NAME_LABEL.to_owned(),
+            service.to_owned(),
+        )]));
+        slice
+    };
+    let kube_dns = of_service(
+        pod_slice("kube-system", &[("coredns-a", "10.244.0.5", true)], dns53()),
+        "kube-dns",
+    );
+    let other_service = pod_slice("kube-system", &[("x", "10.0.0.1", true)], dns53());
+    let elsewhere = of_service(
+        pod_slice("default", &[("y", "10.0.0.2", true)], dns53()),
+        "kube-dns",
+    );
+    let services = [
+        meta("default", "kube-dns", json!({})),
+        meta("kube-system", "kube-dns", json!({})),
+    ];
+    let pods = [
+        meta("default", "coredns-a", json!({})),
+        meta("kube-system", "coredns-a", json!({"k8s-app": "kube-dns"})),
+    ];
+    let mut objects = DnsObjects {
+        services: services.iter().collect(),
+        slices: vec![&other_service, &kube_dns, &elsewhere],
+        pods: pods.iter().collect(),
+    };
+    let outcome = check_dns_objects(&DnsSpec::default(), &objects);
+    assert_eq!(
+        outcome.message,
+        "1 ready endpoint of kube-system/kube-dns inside the door, on TCP 53, UDP 53"
+    );
+    objects.pods.pop();
+    let outcome = check_dns_objects(&DnsSpec::default(), &objects);
+    assert!(
+        outcome.message.contains("cannot see"),
+        "{}",
+        outcome.message
+    );
+    objects.services.pop();
+    let outcome = check_dns_objects(&DnsSpec::default(), &objects);
+    assert_eq!(outcome.reason, "ServiceNotFound");
+}
+
 fn api_slice(address_type: &str, addresses: &[&str], port: i32) -> EndpointSlice {
     slice(json!({
         "metadata": {"name": "kubernetes", "namespace": "default", "labels": {SERVICE_NAME_LABEL: "kubernetes"}},

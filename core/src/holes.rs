@@ -11,11 +11,11 @@ use k8s_openapi::api::networking::v1::{NetworkPolicyPeer, NetworkPolicyPort, Net
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Serialize;
 
+use crate::engine::{self, PeerShape, RuleShape, SelectorShape, SpecShape};
 use crate::facts::PolicyFacts;
 use crate::identity::claims_management;
 use crate::plan::NamespaceFacts;
-use crate::reach::{IpBlockShape, opens_internet};
-use crate::selector::selects_unlabelled;
+use crate::reach::IpBlockShape;
 
 /// How far a rule opens the wall, widest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -161,127 +161,43 @@ pub fn holes(policy: &(impl PolicyFacts + ?Sized)) -> Vec<Hole> {
     }
 }
 
-/// The holes of a spec, named `policy`.
+/// The holes of a spec, named `policy` (the rule engine's [`crate::engine::spec_holes`], read
+/// from k8s-openapi's types).
 pub fn spec_holes(policy: &str, spec: &NetworkPolicySpec) -> Vec<Hole> {
-    let (ingress_on, egress_on) = effective_types(spec);
-    let mut found = Vec::new();
-    if ingress_on {
-        for (index, rule) in spec.ingress.iter().flatten().enumerate() {
-            found.push(k8s_hole(
-                policy,
-                Direction::Ingress,
-                index,
-                rule.from.as_deref(),
-                rule.ports.as_deref(),
-            ));
-        }
-    }
-    if egress_on {
-        for (index, rule) in spec.egress.iter().flatten().enumerate() {
-            found.push(k8s_hole(
-                policy,
-                Direction::Egress,
-                index,
-                rule.to.as_deref(),
-                rule.ports.as_deref(),
-            ));
-        }
-    }
-    found
-}
-
-/// The directions a policy governs: `policyTypes` when given, else Ingress always and Egress
-/// when it has egress rules (the API server's own defaulting).
-fn effective_types(spec: &NetworkPolicySpec) -> (bool, bool) {
-    match &spec.policy_types {
-        Some(types) if !types.is_empty() => (
-            types.iter().any(|t| t == "Ingress"),
-            types.iter().any(|t| t == "Egress"),
-        ),
-        _ => (
-            true,
-            spec.egress.as_ref().is_some_and(|rules| !rules.is_empty()),
-        ),
-    }
-}
-
-fn k8s_hole(
-    policy: &str,
-    direction: Direction,
-    rule: usize,
-    peers: Option<&[NetworkPolicyPeer]>,
-    ports: Option<&[NetworkPolicyPort]>,
-) -> Hole {
-    hole(
+    engine::spec_holes(
         policy,
-        direction,
-        rule,
-        peers.into_iter().flatten().map(|peer| PeerShape {
+        SpecShape {
+            policy_types: (spec.policy_types.as_ref())
+                .map(|types| types.iter().map(String::as_str)),
+            ingress: (spec.ingress.iter().flatten()).map(|r| rule(&r.from, &r.ports)),
+            egress: (spec.egress.iter().flatten()).map(|r| rule(&r.to, &r.ports)),
+        },
+    )
+}
+
+/// A rule of either direction, as the engine reads it.
+fn rule<'a>(
+    peers: &'a Option<Vec<NetworkPolicyPeer>>,
+    ports: &Option<Vec<NetworkPolicyPort>>,
+) -> RuleShape<impl Iterator<Item = PeerShape<'a, impl Iterator<Item = (&'a str, &'a str)>>>> {
+    RuleShape {
+        peers: peers.iter().flatten().map(|peer| PeerShape {
             ip_block: peer.ip_block.as_ref().map(|block| IpBlockShape {
                 cidr: block.cidr.as_str(),
                 except: block.except.iter().flatten().map(String::as_str).collect(),
             }),
-            namespaces: peer
-                .namespace_selector
-                .as_ref()
-                .map(|selector| selects_every(selector, true)),
-            pods_all: peer
-                .pod_selector
-                .as_ref()
-                .is_none_or(|selector| selects_every(selector, false)),
+            namespace_selector: peer.namespace_selector.as_ref().map(selector),
+            pod_selector: peer.pod_selector.as_ref().map(selector),
         }),
-        ports.is_none_or(<[NetworkPolicyPort]>::is_empty),
-    )
+        all_ports: ports.as_ref().is_none_or(Vec::is_empty),
+    }
 }
 
-/// What the classification reads of one peer of a rule (the admission policy reads it from
-/// the request's JSON, the reconciler from the k8s-openapi types).
-pub(crate) struct PeerShape<'a> {
-    /// Its `ipBlock`, if it has one.
-    pub ip_block: Option<IpBlockShape<'a>>,
-    /// Whether its `namespaceSelector` selects every namespace anyone creates
-    /// ([`selects_unlabelled`]), if it has one.
-    pub namespaces: Option<bool>,
-    /// Whether it has no `podSelector`, or one that selects every pod anyone creates.
-    pub pods_all: bool,
-}
-
-/// The hole a rule opens, from its peers (none: any source or destination) and whether it
-/// names no port. Its ipBlocks are judged together (the addresses they open add up), its
-/// selector peers one by one; the widest decides.
-pub(crate) fn hole<'a>(
-    policy: &str,
-    direction: Direction,
-    rule: usize,
-    peers: impl IntoIterator<Item = PeerShape<'a>>,
-    all_ports: bool,
-) -> Hole {
-    let mut blocks = Vec::new();
-    let mut width = None;
-    for peer in peers {
-        match peer.ip_block {
-            Some(block) => blocks.push(block),
-            None => {
-                let opened = selector_width(&peer);
-                width = Some(width.map_or(opened, |width: Width| width.min(opened)));
-            }
-        }
-    }
-    if !blocks.is_empty() {
-        let addresses = if opens_internet(&blocks) {
-            Width::World
-        } else {
-            Width::Addresses
-        };
-        width = Some(width.map_or(addresses, |width| width.min(addresses)));
-    }
-    Hole {
-        policy: policy.to_owned(),
-        direction,
-        rule,
-        width: width.unwrap_or(Width::World),
-        all_ports,
-        reach: None,
+fn selector(selector: &LabelSelector) -> SelectorShape<impl Iterator<Item = (&str, &str)>> {
+    SelectorShape {
+        has_match_labels: (selector.match_labels.as_ref()).is_some_and(|labels| !labels.is_empty()),
+        expressions: (selector.match_expressions.iter().flatten())
+            .map(|requirement| (requirement.key.as_str(), requirement.operator.as_str())),
     }
 }
 
@@ -320,34 +236,6 @@ pub fn namespace_reach<N: NamespaceFacts>(
         }
     }
     Some(NamespaceReach { reached, of })
-}
-
-/// Whether a k8s-openapi label selector selects every namespace (or pod) anyone creates.
-fn selects_every(selector: &LabelSelector, namespaces: bool) -> bool {
-    selects_unlabelled(
-        selector
-            .match_labels
-            .as_ref()
-            .is_some_and(|labels| !labels.is_empty()),
-        selector
-            .match_expressions
-            .iter()
-            .flatten()
-            .map(|requirement| (requirement.key.as_str(), requirement.operator.as_str())),
-        namespaces,
-    )
-}
-
-/// How far a peer of selectors (no ipBlock) opens.
-fn selector_width(peer: &PeerShape<'_>) -> Width {
-    match peer.namespaces {
-        Some(true) if peer.pods_all => Width::Cluster,
-        Some(true) => Width::Pods,
-        Some(false) if peer.pods_all => Width::Namespaces,
-        Some(false) => Width::Pods,
-        // A pod selector alone: pods of this namespace.
-        None => Width::Pods,
-    }
 }
 
 /// Holes counted by width, for status and metrics.

@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod cidr;
 pub mod doors;
+mod engine;
 pub mod facts;
 pub mod holes;
 pub mod identity;

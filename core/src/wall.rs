@@ -1,7 +1,7 @@
 //! The wall: the NetworkPolicies a baseline wants in a namespace, whether an existing policy
 //! is still that wall, and the changes that bring a namespace to it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -9,8 +9,8 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::Value;
 
+use crate::engine::{canonical_eq, entry_eq, spec_json};
 use crate::facts::{ExistingPolicy, PolicyFacts};
 use crate::identity::{deny_all_policy_name, dns_policy_name, managed_labels};
 use crate::spec::{DnsSpec, NamespaceBaselineSpec};
@@ -154,7 +154,7 @@ impl Change {
 /// manager added count) and the managed labels. Labels and annotations others add are
 /// tolerated: they do not weaken the wall.
 pub fn drift(desired: &NetworkPolicy, actual: &(impl PolicyFacts + ?Sized)) -> Option<Drift> {
-    if canonical(desired.spec.as_ref()) != canonical(actual.spec()) {
+    if !canonical_eq(&spec_json(desired.spec.as_ref()), &spec_json(actual.spec())) {
         return Some(Drift::Spec);
     }
     let actual_labels = actual.labels();
@@ -170,23 +170,25 @@ pub fn drift(desired: &NetworkPolicy, actual: &(impl PolicyFacts + ?Sized)) -> O
 /// Where `actual` differs from `desired`, for people: the top-level spec fields
 /// (`spec.egress`, `spec.podSelector`, ...) and the managed labels
 /// (`metadata.labels[hedronite.io/baseline]`) that make [`drift`] find a difference. Empty
-/// exactly when [`drift`] is `None`; compared the same way (see [`canonical_json`]).
+/// exactly when [`drift`] is `None`; compared the same way (the rule engine's [`canonical_eq`]).
 pub fn drifted_fields(
     desired: &NetworkPolicy,
     actual: &(impl PolicyFacts + ?Sized),
 ) -> Vec<String> {
     let mut fields = Vec::new();
-    let (want, have) = (canonical(desired.spec.as_ref()), canonical(actual.spec()));
-    if want != have {
-        let empty = serde_json::Map::new();
+    let (want, have) = (spec_json(desired.spec.as_ref()), spec_json(actual.spec()));
+    if !canonical_eq(&want, &have) {
+        let empty = BTreeMap::new();
         let want_fields = want.as_object().unwrap_or(&empty);
         let have_fields = have.as_object().unwrap_or(&empty);
-        let mut keys: Vec<&String> = want_fields.keys().chain(have_fields.keys()).collect();
-        keys.sort();
-        keys.dedup();
+        let keys: BTreeSet<&str> = want_fields
+            .keys()
+            .chain(have_fields.keys())
+            .map(|key| &**key)
+            .collect();
         fields.extend(
             keys.into_iter()
-                .filter(|key| want_fields.get(*key) != have_fields.get(*key))
+                .filter(|key| !entry_eq(want_fields.get(*key), have_fields.get(*key)))
                 .map(|key| format!("spec.{key}")),
         );
         if fields.is_empty() {
@@ -201,35 +203,6 @@ pub fn drifted_fields(
         }
     }
     fields
-}
-
-/// JSON with nulls, empty lists and empty maps dropped from objects, so that `ingress: []`
-/// (what we apply) and an absent `ingress` (what the API server returns) compare equal,
-/// while `egress: [{}]` (allow all egress) stays different from no egress at all.
-pub(crate) fn canonical_json(value: &Value) -> Value {
-    fn is_empty(value: &Value) -> bool {
-        match value {
-            Value::Null => true,
-            Value::Array(items) => items.is_empty(),
-            Value::Object(map) => map.is_empty(),
-            _ => false,
-        }
-    }
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, value)| (key.clone(), canonical_json(value)))
-                .filter(|(_, value)| !is_empty(value))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(canonical_json).collect()),
-        other => other.clone(),
-    }
-}
-
-fn canonical(spec: Option<&NetworkPolicySpec>) -> Value {
-    // Serializing k8s-openapi types cannot fail: they hold only JSON-representable data.
-    canonical_json(&serde_json::to_value(spec).unwrap_or(Value::Null))
 }
 
 /// One write that brings a namespace to its wall.
@@ -292,6 +265,7 @@ mod tests {
     use super::*;
     use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL};
     use rstest::rstest;
+    use serde_json::Value;
     use serde_json::json;
 
     fn spec(value: Value) -> NamespaceBaselineSpec {

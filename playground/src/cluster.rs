@@ -1,7 +1,7 @@
 //! The cluster objects pasted into the playground (Namespaces, NetworkPolicies, the DNS
 //! Service with its EndpointSlices and Pods), seen as the reconciler sees them: the holes other
 //! policies open in the namespaces a baseline walls (the core's [`holes`]), and whether each
-//! baseline's DNS door reaches the DNS Service's endpoints (the core's [`check_dns_door`]).
+//! baseline's DNS door reaches the DNS Service's endpoints (the core's [`check_dns_objects`]).
 //! The same Namespaces answer the policy's namespace reads in [`crate::evaluate()`].
 
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use namespace_baseline_core::LabelSelector;
-use namespace_baseline_core::doors::{DnsService, SERVICE_NAME_LABEL, check_dns_door};
+use namespace_baseline_core::doors::{DnsObjects, check_dns_objects};
 use namespace_baseline_core::holes::holes;
 use namespace_baseline_core::spec::NamespaceBaselineSpec;
 use serde::{Deserialize, Serialize};
@@ -261,8 +261,10 @@ fn dns_checks(
         .filter_map(|item| read::<Metadata>(item, errors))
         .map(|pod| pod.metadata)
         .collect();
-    let is = |meta: &ObjectMeta, namespace: &str, name: &str| {
-        meta.namespace.as_deref() == Some(namespace) && meta.name.as_deref() == Some(name)
+    let dns = DnsObjects {
+        services: services.iter().collect(),
+        slices: slices.iter().collect(),
+        pods: pods.iter().collect(),
     };
     let mut checks = Vec::new();
     for wall in walls {
@@ -275,28 +277,7 @@ fn dns_checks(
         }
         let door = wall.spec.dns.clone().unwrap_or_default();
         let (namespace, name) = door.service_ref();
-        let pod_labels = |pod: &str| {
-            pods.iter()
-                .find(|meta| is(meta, &door.namespace, pod))
-                .map(|meta| meta.labels.clone().unwrap_or_default())
-        };
-        let service = DnsService {
-            exists: services.iter().any(|meta| is(meta, namespace, name)),
-            slices: slices
-                .iter()
-                .filter(|slice| {
-                    slice.metadata.namespace.as_deref() == Some(namespace)
-                        && slice
-                            .metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
-                            .is_some_and(|service| service == name)
-                })
-                .collect(),
-            pod_labels: &pod_labels,
-        };
-        let outcome = check_dns_door(&door, &service);
+        let outcome = check_dns_objects(&door, &dns);
         checks.push(DnsView {
             baseline: wall.name.clone(),
             service: format!("{namespace}/{name}"),

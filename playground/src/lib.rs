@@ -9,7 +9,7 @@
 //!   namespace (the core's `wall::desired_wall`), as YAML;
 //! - [`inspect_cluster()`]: the holes pasted NetworkPolicies open in walled namespaces (the
 //!   core's `holes`) and each baseline's DNS door against a pasted DNS Service (the core's
-//!   `doors::check_dns_door`).
+//!   `doors::check_dns_objects`).
 //!
 //! Everything here is plain Rust, tested natively; [`bindings`] is the thin wasm-bindgen
 //! layer the page imports. Nothing panics on bad input: every problem is a [`FieldError`]

@@ -15,7 +15,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
-use namespace_baseline_core::doors::{DnsService, Reachability, check_dns_door};
+use namespace_baseline_core::doors::Reachability;
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineSpec};
 use namespace_baseline_core::wall::desired_wall;
 use serde_json::{Value, json};
@@ -115,17 +115,7 @@ pub fn healthy_dns_reachability() -> crate::reconcile::status::DnsCheck {
 }
 
 fn healthy_dns_door() -> Reachability {
-    let dns = healthy_dns();
-    let slices = dns.slices_of("kube-dns");
-    let labels = |pod: &str| dns.pod_labels(pod);
-    check_dns_door(
-        &namespace_baseline_core::DnsSpec::default(),
-        &DnsService {
-            exists: true,
-            slices: slices.iter().map(AsRef::as_ref).collect(),
-            pod_labels: &labels,
-        },
-    )
+    healthy_dns().check(&namespace_baseline_core::DnsSpec::default())
 }
 
 pub fn store<K>(objects: Vec<K>) -> Store<K>

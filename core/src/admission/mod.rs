@@ -7,7 +7,7 @@
 //! both go through the same rules.
 
 mod borrowed;
-mod json;
+pub(crate) mod json;
 mod netpol;
 mod payload;
 mod pods;

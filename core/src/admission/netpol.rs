@@ -1,8 +1,8 @@
 //! A NetworkPolicy's spec, read from the JSON of a request as k8s-openapi would read it into
 //! `NetworkPolicySpec`, without building those types (their readers were a tenth of the
 //! policy's wasm module): which specs read ([`SPEC`], [`is_valid`]), which rules read equal
-//! ([`rules_equal`]), the holes a spec opens ([`spec_holes`]); and the comparison of two specs
-//! as the wall's drift check canonicalizes them ([`canonical_eq`]).
+//! ([`rules_equal`]); and the JSON side of the rule engine ([`crate::engine`]): the holes a
+//! spec opens ([`spec_holes`]), read from the JSON into the engine's shapes.
 //!
 //! The schema is that of k8s-openapi 0.28 for NetworkPolicySpec: every field may be absent
 //! or `null`; a field the schema does not name is ignored whatever it holds; a string field
@@ -14,9 +14,10 @@ use std::collections::BTreeMap;
 
 use super::json::Json as Value;
 use super::view::Text;
-use crate::holes::{Direction, Hole, PeerShape, hole};
+use crate::engine::{self, PeerShape, RuleShape, SelectorShape, SpecShape};
+use crate::holes::{Direction, Hole};
 use crate::reach::IpBlockShape;
-use crate::selector::{LabelSelector, SelectorError, selects_unlabelled};
+use crate::selector::{LabelSelector, SelectorError};
 
 type Map<'a> = BTreeMap<Text<'a>, Value<'a>>;
 
@@ -134,14 +135,7 @@ pub(crate) fn rule<'v, 'a>(
     direction: Direction,
     index: usize,
 ) -> Option<&'v Value<'a>> {
-    let list = match direction {
-        Direction::Ingress => "ingress",
-        Direction::Egress => "egress",
-    };
-    spec.as_object()
-        .and_then(|spec| field(spec, list))
-        .and_then(Value::as_array)
-        .and_then(|rules| rules.get(index))
+    items(spec, direction.as_lowercase()).nth(index)
 }
 
 /// A Kubernetes label selector read from JSON ([`LabelSelector::from_parts`]); one that is
@@ -181,132 +175,66 @@ pub(crate) fn label_selector(selector: &Value<'_>) -> Result<LabelSelector, Sele
     LabelSelector::from_parts(labels, expressions)
 }
 
-/// Whether a label selector (absent: none) selects every namespace (or pod) anyone creates
-/// ([`selects_unlabelled`]), read from a spec that reads.
-fn selects_every(selector: Option<&Value<'_>>, namespaces: bool) -> bool {
-    let Some(selector) = selector.and_then(Value::as_object) else {
-        return true;
+/// The holes a spec that reads opens, named `policy` (the rule engine's
+/// [`crate::engine::spec_holes`], read from the JSON of a spec).
+pub(crate) fn spec_holes(policy: &str, spec: &Value<'_>) -> Vec<Hole> {
+    let rules = |direction: Direction, peers| {
+        (items(spec, direction.as_lowercase())).map(move |rule| RuleShape {
+            peers: items(rule, peers).map(peer_shape),
+            all_ports: items(rule, "ports").next().is_none(),
+        })
     };
-    let has_match_labels = field(selector, "matchLabels")
-        .and_then(Value::as_object)
-        .is_some_and(|labels| !labels.is_empty());
-    let expressions = field(selector, "matchExpressions")
+    let policy_types = get(spec, "policyTypes").and_then(Value::as_array);
+    engine::spec_holes(
+        policy,
+        SpecShape {
+            policy_types: policy_types
+                .map(|types| types.iter().map(|t| t.as_str().unwrap_or_default())),
+            ingress: rules(Direction::Ingress, "from"),
+            egress: rules(Direction::Egress, "to"),
+        },
+    )
+}
+
+/// The field `name` of an object (absent and `null` alike being `None`).
+fn get<'v, 'a>(object: &'v Value<'a>, name: &str) -> Option<&'v Value<'a>> {
+    object.as_object().and_then(|object| field(object, name))
+}
+
+/// The items of the list `name` of an object (none when either is something else).
+fn items<'v, 'a>(object: &'v Value<'a>, name: &str) -> impl Iterator<Item = &'v Value<'a>> {
+    get(object, name)
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|requirement| {
-            let text = |name| {
-                requirement
-                    .as_object()
-                    .and_then(|requirement| field(requirement, name))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-            };
-            (text("key"), text("operator"))
-        });
-    selects_unlabelled(has_match_labels, expressions, namespaces)
 }
 
-fn peer_shape<'v>(peer: &'v Value<'_>) -> PeerShape<'v> {
-    let peer = peer.as_object();
-    let get = |name| peer.and_then(|peer| field(peer, name));
+/// A string field of an object (`""` when it is absent or something else).
+fn text<'v>(object: &'v Value<'_>, name: &str) -> &'v str {
+    get(object, name)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn peer_shape<'v>(peer: &'v Value<'_>) -> PeerShape<'v, impl Iterator<Item = (&'v str, &'v str)>> {
     PeerShape {
-        ip_block: get("ipBlock").map(|block| {
-            let block = block.as_object();
-            let get = |name| block.and_then(|block| field(block, name));
-            IpBlockShape {
-                cidr: get("cidr").and_then(Value::as_str).unwrap_or_default(),
-                except: get("except")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect(),
-            }
+        ip_block: get(peer, "ipBlock").map(|block| IpBlockShape {
+            cidr: text(block, "cidr"),
+            except: items(block, "except").filter_map(Value::as_str).collect(),
         }),
-        namespaces: get("namespaceSelector").map(|selector| selects_every(Some(selector), true)),
-        pods_all: selects_every(get("podSelector"), false),
+        namespace_selector: get(peer, "namespaceSelector").map(selector_shape),
+        pod_selector: get(peer, "podSelector").map(selector_shape),
     }
 }
 
-/// The holes a spec that reads opens, named `policy` ([`crate::holes::spec_holes`] for the
-/// JSON of a spec).
-pub(crate) fn spec_holes(policy: &str, spec: &Value<'_>) -> Vec<Hole> {
-    let Some(spec) = spec.as_object() else {
-        return Vec::new();
-    };
-    let list = |name| {
-        field(spec, name)
-            .and_then(Value::as_array)
-            .map_or(&[][..], Vec::as_slice)
-    };
-    // `policyTypes` when given, else Ingress always and Egress when there are egress rules.
-    let (ingress_on, egress_on) = match field(spec, "policyTypes").and_then(Value::as_array) {
-        Some(types) if !types.is_empty() => {
-            let has = |wanted: &str| types.iter().any(|kind| kind.as_str() == Some(wanted));
-            (has("Ingress"), has("Egress"))
-        }
-        _ => (true, !list("egress").is_empty()),
-    };
-    let mut found = Vec::new();
-    for (on, direction, peers) in [
-        (ingress_on, Direction::Ingress, "from"),
-        (egress_on, Direction::Egress, "to"),
-    ] {
-        if !on {
-            continue;
-        }
-        let rules = list(match direction {
-            Direction::Ingress => "ingress",
-            Direction::Egress => "egress",
-        });
-        for (index, rule) in rules.iter().enumerate() {
-            let rule = rule.as_object();
-            let get = |name| {
-                rule.and_then(|rule| field(rule, name))
-                    .and_then(Value::as_array)
-            };
-            found.push(hole(
-                policy,
-                direction,
-                index,
-                get(peers).into_iter().flatten().map(peer_shape),
-                get("ports").is_none_or(Vec::is_empty),
-            ));
-        }
-    }
-    found
-}
-
-/// Whether two specs are equal once nulls, empty lists and empty maps are dropped from their
-/// objects: `canonical_json(a) == canonical_json(b)` of the wall's drift check
-/// ([`crate::wall`]), compared in place.
-pub(crate) fn canonical_eq(a: &Value<'_>, b: &Value<'_>) -> bool {
-    match (a, b) {
-        (Value::Object(a), Value::Object(b)) => {
-            let same = |a: &Map<'_>, b: &Map<'_>| {
-                a.iter().all(|(key, value)| match b.get(key) {
-                    Some(other) if !dropped(value) || !dropped(other) => canonical_eq(value, other),
-                    _ => dropped(value),
-                })
-            };
-            same(a, b) && same(b, a)
-        }
-        (Value::Array(a), Value::Array(b)) => {
-            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| canonical_eq(a, b))
-        }
-        (a, b) => a == b,
-    }
-}
-
-/// Whether a value is dropped from its object: null, an empty list, or an object whose
-/// entries are all dropped.
-fn dropped(value: &Value<'_>) -> bool {
-    match value {
-        Value::Null => true,
-        Value::Array(items) => items.is_empty(),
-        Value::Object(map) => map.values().all(dropped),
-        _ => false,
+fn selector_shape<'v>(
+    selector: &'v Value<'_>,
+) -> SelectorShape<impl Iterator<Item = (&'v str, &'v str)>> {
+    SelectorShape {
+        has_match_labels: (get(selector, "matchLabels").and_then(Value::as_object))
+            .is_some_and(|labels| !labels.is_empty()),
+        expressions: items(selector, "matchExpressions")
+            .map(|requirement| (text(requirement, "key"), text(requirement, "operator"))),
     }
 }
 
@@ -320,7 +248,28 @@ mod tests {
 
     use super::*;
     use crate::admission::json::Json;
-    use crate::wall::canonical_json;
+    use crate::engine::canonical_eq;
+
+    /// What the drift check compared before the rule engine compared in place: JSON with
+    /// nulls, empty lists and empty maps dropped from objects (the oracle of `canonical_eq`).
+    fn canonical_json(value: &Value) -> Value {
+        let is_empty = |value: &Value| match value {
+            Value::Null => true,
+            Value::Array(items) => items.is_empty(),
+            Value::Object(map) => map.is_empty(),
+            _ => false,
+        };
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(key, value)| (key.clone(), canonical_json(value)))
+                    .filter(|(_, value)| !is_empty(value))
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.iter().map(canonical_json).collect()),
+            other => other.clone(),
+        }
+    }
 
     /// The same JSON, as the policy reads it from a request.
     fn read(value: &Value) -> Json<'static> {
@@ -464,6 +413,89 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Every NetworkPolicy spec of the e2e fixtures (requests' objects, old objects, the
+    /// cluster's policies), read as JSON.
+    fn fixture_specs() -> Vec<Value> {
+        fn collect(value: &Value, specs: &mut Vec<Value>) {
+            match value {
+                Value::Object(map) => {
+                    // A NetworkPolicy object (not a request's `kind`: group, version, kind).
+                    if map.get("kind") == Some(&json!("NetworkPolicy"))
+                        && map.contains_key("metadata")
+                    {
+                        specs.push(map.get("spec").cloned().unwrap_or(Value::Null));
+                    }
+                    map.values().for_each(|value| collect(value, specs));
+                }
+                Value::Array(items) => items.iter().for_each(|value| collect(value, specs)),
+                _ => {}
+            }
+        }
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../e2e-tests/fixtures");
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        paths.sort();
+        let mut specs = Vec::new();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap();
+            collect(&serde_json::from_str(&text).unwrap(), &mut specs);
+        }
+        specs
+    }
+
+    /// The differential test of the rule engine's two readers: over every NetworkPolicy spec
+    /// of the fixtures and the edge cases of [`specs`], the borrowed JSON reader (the
+    /// policy's) and the k8s-openapi one (the reconciler's) read the same specs, find the
+    /// same holes, and compare specs as the old `canonical_json` did.
+    #[test]
+    fn typed_and_borrowed_readers_agree() {
+        let fixtures = fixture_specs();
+        assert!(fixtures.len() > 100, "{}", fixtures.len());
+        assert!(fixtures.iter().filter_map(k8s).count() > 100);
+        let all: Vec<Value> = fixtures.iter().cloned().chain(specs()).collect();
+        let (mut typed_count, mut holes, mut pairs) = (0, 0, 0);
+        for spec in all.iter().filter(|spec| !spec.is_null()) {
+            let typed = k8s(spec);
+            let borrowed = read(spec);
+            assert_eq!(is_valid(&borrowed, &SPEC), typed.is_some(), "{spec}");
+            let Some(typed) = typed else { continue };
+            typed_count += 1;
+            let found = spec_holes("web", &borrowed);
+            assert_eq!(found, crate::holes::spec_holes("web", &typed), "{spec}");
+            holes += found.len();
+        }
+        for a in &fixtures {
+            for b in &fixtures {
+                pairs += 1;
+                let expected = canonical_json(a) == canonical_json(b);
+                assert_eq!(canonical_eq(&read(a), &read(b)), expected, "{a} {b}");
+                if let (Some(typed_a), Some(typed_b)) = (k8s(a), k8s(b)) {
+                    let serialized = |typed: &NetworkPolicySpec| {
+                        canonical_json(&serde_json::to_value(typed).unwrap())
+                    };
+                    assert_eq!(
+                        canonical_eq(
+                            &crate::engine::spec_json(Some(&typed_a)),
+                            &crate::engine::spec_json(Some(&typed_b))
+                        ),
+                        serialized(&typed_a) == serialized(&typed_b),
+                        "{a} {b}"
+                    );
+                }
+            }
+        }
+        eprintln!(
+            "{} specs ({} fixtures, {} of them read by both; {} edge cases), {typed_count} read by both, {holes} holes, {pairs} fixture pairs compared",
+            all.len(),
+            fixtures.len(),
+            fixtures.iter().filter_map(k8s).count(),
+            all.len() - fixtures.len()
+        );
     }
 
     #[test]

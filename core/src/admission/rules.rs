@@ -10,6 +10,7 @@ use super::view::{
 use super::{
     Cluster, Decider, Exemption, HolesSetting, LiveBaseline, ReadBaselines, ReadObject, Verdict,
 };
+use crate::engine::canonical_eq;
 use crate::holes::{Direction, Hole, Width};
 use crate::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, baseline_label_value};
 
@@ -194,7 +195,7 @@ fn review_policy_update(old: &ObjectRef<'_>, new: &ObjectRef<'_>) -> Verdict {
         return review_policy_create(new);
     }
     // Compared as the reconciler's drift check compares (`canonical_json`).
-    if !netpol::canonical_eq(&old.spec, &new.spec) {
+    if !canonical_eq(&old.spec, &new.spec) {
         return Verdict::Deny(format!(
             "{} is part of the network wall of NamespaceBaseline {:?}; its spec cannot be changed (the reconciler would restore it). Add your own NetworkPolicy next to it to allow more traffic, or change the NamespaceBaseline",
             policy_ref(old),
@@ -255,7 +256,7 @@ fn metadata_eq(a: Option<&Json<'_>>, b: Option<&Json<'_>>) -> bool {
         })
     };
     match (a, b) {
-        (Some(a), Some(b)) => netpol::canonical_eq(a, b) || (nothing(Some(a)) && nothing(Some(b))),
+        (Some(a), Some(b)) => canonical_eq(a, b) || (nothing(Some(a)) && nothing(Some(b))),
         (a, b) => nothing(a) && nothing(b),
     }
 }

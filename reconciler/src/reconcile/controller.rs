@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use namespace_baseline_core::doors::{DnsService, Reachability, check_dns_door};
+use namespace_baseline_core::doors::Reachability;
 use namespace_baseline_core::facts::PolicyFacts;
 use namespace_baseline_core::holes::{Hole, Width, namespace_reach};
 use namespace_baseline_core::identity::CLEANUP_FINALIZER;
@@ -365,16 +365,7 @@ fn dns_check(spec: &NamespaceBaselineSpec, dns: &DnsCaches) -> DnsCheck {
             "the Services, EndpointSlices and pods of {namespace} are not listed yet (if this lasts, check the reconciler's Role there)"
         ));
     }
-    let slices = dns.slices_of(name);
-    let pod_labels = |pod: &str| dns.pod_labels(pod);
-    DnsCheck::Checked(check_dns_door(
-        &door,
-        &DnsService {
-            exists: dns.service_exists(name),
-            slices: slices.iter().map(AsRef::as_ref).collect(),
-            pod_labels: &pod_labels,
-        },
-    ))
+    DnsCheck::Checked(dns.check(&door))
 }
 
 fn has_finalizer(baseline: &NamespaceBaseline) -> bool {

@@ -1,6 +1,5 @@
 //! The watch caches a reconcile reads the cluster from, and what they keep of each object.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -10,7 +9,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
-use namespace_baseline_core::doors::SERVICE_NAME_LABEL;
+use namespace_baseline_core::DnsSpec;
+use namespace_baseline_core::doors::{DnsObjects, Reachability, check_dns_objects};
 use tokio::sync::watch;
 use tracing::info;
 
@@ -178,32 +178,21 @@ impl DnsCaches {
             .all(|listed| listed.load(Ordering::Acquire))
     }
 
-    pub fn service_exists(&self, name: &str) -> bool {
-        self.services
-            .get(&ObjectRef::new(name).within(&self.namespace))
-            .is_some()
-    }
-
-    /// The EndpointSlices of the Service `name`.
-    pub fn slices_of(&self, name: &str) -> Vec<Arc<EndpointSlice>> {
-        self.slices
-            .state()
-            .into_iter()
-            .filter(|slice| {
-                slice
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
-                    .is_some_and(|service| service == name)
-            })
-            .collect()
-    }
-
-    pub fn pod_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
-        self.pods
-            .get(&ObjectRef::new(name).within(&self.namespace))
-            .map(|pod| pod.metadata.labels.clone().unwrap_or_default())
+    /// The DNS door checked against these caches (the core's one DNS-objects adapter).
+    pub fn check(&self, door: &DnsSpec) -> Reachability {
+        let (services, slices, pods) = (
+            self.services.state(),
+            self.slices.state(),
+            self.pods.state(),
+        );
+        check_dns_objects(
+            door,
+            &DnsObjects {
+                services: services.iter().map(|service| &service.metadata).collect(),
+                slices: slices.iter().map(AsRef::as_ref).collect(),
+                pods: pods.iter().map(|pod| &pod.metadata).collect(),
+            },
+        )
     }
 }
 

@@ -1,7 +1,6 @@
 //! `plan`'s report: for each baseline, the reconcile's own decision (the core's [`decide`])
 //! over the input, described (changes, drift, holes, orphans, the DNS door) and summed up.
 
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use namespace_baseline_core::holes::namespace_reach;
 use namespace_baseline_core::identity::dns_policy_name;
@@ -272,52 +271,25 @@ fn dns_check(
     spec: &namespace_baseline_core::NamespaceBaselineSpec,
     objects: &[DnsObject],
 ) -> Option<namespace_baseline_core::doors::Reachability> {
-    use namespace_baseline_core::doors::{DnsService, SERVICE_NAME_LABEL, check_dns_door};
+    use namespace_baseline_core::doors::{DnsObjects, check_dns_objects};
     let door = spec.dns_target();
-    let (namespace, name) = door.service_ref();
-    let here: Vec<&DnsObject> = objects
-        .iter()
-        .filter(|o| o.namespace() == Some(namespace))
-        .collect();
-    if here.is_empty() {
+    let (namespace, _) = door.service_ref();
+    if !objects.iter().any(|o| o.namespace() == Some(namespace)) {
         return None;
     }
-    let exists = here
-        .iter()
-        .any(|o| matches!(o, DnsObject::Service(s) if s.metadata.name.as_deref() == Some(name)));
-    let service_of = |slice: &EndpointSlice| {
-        slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
-            .cloned()
+    let mut read = DnsObjects {
+        services: Vec::new(),
+        slices: Vec::new(),
+        pods: Vec::new(),
     };
-    let slices: Vec<&EndpointSlice> = here
-        .iter()
-        .filter_map(|o| match o {
-            DnsObject::Slice(slice) if service_of(slice).as_deref() == Some(name) => {
-                Some(slice.as_ref())
-            }
-            _ => None,
-        })
-        .collect();
-    let pod_labels = |pod: &str| {
-        here.iter().find_map(|o| match o {
-            DnsObject::Pod(p) if p.metadata.name.as_deref() == Some(pod) => {
-                Some(p.metadata.labels.clone().unwrap_or_default())
-            }
-            _ => None,
-        })
-    };
-    Some(check_dns_door(
-        &door,
-        &DnsService {
-            exists,
-            slices,
-            pod_labels: &pod_labels,
-        },
-    ))
+    for object in objects {
+        match object {
+            DnsObject::Service(service) => read.services.push(&service.metadata),
+            DnsObject::Slice(slice) => read.slices.push(slice),
+            DnsObject::Pod(pod) => read.pods.push(&pod.metadata),
+        }
+    }
+    Some(check_dns_objects(&door, &read))
 }
 
 /// A hole in a guarded namespace.
