@@ -202,6 +202,15 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
     let detour_at = watch.mark("kube-dns ClusterIP:53 DNATed to the CoreDNS pod's 5353");
     let detour = Detour::install(&node.cluster_dns, &dns_pod);
     let kube_dns = node.kube_dns();
+    // The positive control first: the detour works (the replaced CoreDNS pod answers on 5353
+    // through the DNAT), so that the walled pod's failure below is the door's, not DNS's.
+    wait_wire(
+        "DNS through the detour from the unwalled pod",
+        Duration::from_secs(20),
+        false,
+        || open.dns(&node, "udp", &kube_dns, DNS_NAME),
+    )
+    .await;
     wait_wire(
         "the walled pod's DNS blocked by the detour",
         Duration::from_secs(20),
@@ -636,8 +645,9 @@ async fn probe_cost(cluster: &Cluster) -> String {
         .collect();
     let rounds: Vec<Value> = log
         .lines()
+        // The reconciler logs JSON with its fields flattened into the line
+        // (runtime/telemetry.rs: `flatten_event(true)`).
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .map(|line| line["fields"].clone())
         .filter(|fields| fields["message"] == "probe round" && fields["pods_created"] == 3)
         .collect();
     assert!(
