@@ -652,7 +652,13 @@ async fn probe_cost(cluster: &Cluster) -> String {
         .collect();
     assert!(
         !rounds.is_empty(),
-        "no `probe round` line in the reconciler's log"
+        "no `probe round` line with 3 pods in the reconciler's log ({file}, {} lines); its lines about the probe:\n{}",
+        log.lines().count(),
+        log.lines()
+            .filter(|line| line.contains("probe"))
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     let number = |round: &Value, field: &str| round[field].as_f64().unwrap_or(0.0);
     let stat = |field: &str| {

@@ -195,7 +195,9 @@ impl Driver {
             baseline = %name,
             status,
             reason,
-            message,
+            // Not `message`: that is the event's own ("probe round"), and a field of the same
+            // name would overwrite it in the JSON log line.
+            condition_message = message,
             seconds = started.elapsed().as_secs_f64(),
             pods_created = cost.pods,
             api_requests = cost.requests,
