@@ -4,7 +4,8 @@ use std::fmt::Write as _;
 
 use namespace_baseline_core::spec::{DeletionPolicy, Mode};
 
-use crate::commands::cluster_plan::report::{Action, Report};
+use crate::commands::cluster_plan::input::Source;
+use crate::commands::cluster_plan::report::{Action, BaselineReport, Report};
 
 /// Namespaces listed by name in the text output before "and N more".
 const TEXT_NAMESPACES: usize = 50;
@@ -45,6 +46,39 @@ fn namespace_line(verb: &str, names: &[String]) -> String {
             String::new()
         }
     )
+}
+
+/// What the enforcement probe said of the baseline's wall on packets, and what a `False`
+/// asks of the reader (docs/reference.md, "Enforced"); for a cluster without a condition,
+/// that the probe is off and what turning it on costs. Nothing for baselines read from files.
+fn enforced_line(baseline: &BaselineReport, source: Source) -> Option<String> {
+    let Some(enforced) = &baseline.enforced else {
+        return (source == Source::Cluster && baseline.invalid.is_none() && !baseline.deleting)
+            .then(|| {
+                "  ? enforced Enforced not reported: the enforcement probe is off (the chart's probe.enabled proves the wall on packets: 3 short-lived pods and about 20 API requests per probed baseline every --probe-interval, default 5m)\n".to_owned()
+            });
+    };
+    let fix = match (enforced.status.as_str(), enforced.reason.as_str()) {
+        ("False", "NotEnforced") => {
+            " -> the network plugin does not enforce NetworkPolicy: switch enforcement on (e.g. Calico, Cilium, the cloud's network policy option)"
+        }
+        ("False", "DNSBlocked") => {
+            " -> open spec.dns where the pods really send DNS (NodeLocal DNSCache's address, the DNS pods' real port)"
+        }
+        _ => "",
+    };
+    let mark = match enforced.status.as_str() {
+        "True" => 'o',
+        "False" => '!',
+        _ => '?',
+    };
+    Some(format!(
+        "  {mark} enforced Enforced {} ({}, last probe {}): {}{fix}\n",
+        enforced.status,
+        enforced.reason,
+        enforced.last_probe_time.as_deref().unwrap_or("never"),
+        enforced.message
+    ))
 }
 
 /// The plan for people.
@@ -120,6 +154,9 @@ pub fn render_text(report: &Report) -> String {
                 dns.message
             );
         }
+        if let Some(line) = enforced_line(baseline, report.source) {
+            out.push_str(&line);
+        }
         for item in &baseline.holes {
             let mark = if item.hole.width.is_breach() {
                 '!'
@@ -185,6 +222,7 @@ pub fn render_text(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::cluster_plan::report::EnforcedItem;
     use rstest::rstest;
 
     fn names(count: usize) -> Vec<String> {
@@ -197,6 +235,57 @@ mod tests {
     #[case(2, "  leaves out 2 namespaces: ns-0, ns-1\n")]
     fn names_what_is_left_out(#[case] count: usize, #[case] expected: &str) {
         assert_eq!(namespace_line("leaves out", &names(count)), expected);
+    }
+
+    fn baseline(enforced: Option<(&str, &str)>) -> BaselineReport {
+        BaselineReport {
+            name: "team".into(),
+            origin: "cluster".into(),
+            namespace_label: "team".into(),
+            selector: "namespaceLabel team".into(),
+            mode: Mode::Enforce,
+            deletion_policy: DeletionPolicy::Orphan,
+            allow_dns: true,
+            deleting: false,
+            invalid: None,
+            guarded: Vec::new(),
+            left_out: Vec::new(),
+            changes: Vec::new(),
+            drift: Vec::new(),
+            orphaned: Vec::new(),
+            holes: Vec::new(),
+            enforced: enforced.map(|(status, reason)| EnforcedItem {
+                status: status.into(),
+                reason: reason.into(),
+                message: "what the probe saw".into(),
+                last_probe_time: Some("2026-12-04T21:43:47Z".into()),
+            }),
+            dns: None,
+        }
+    }
+
+    #[rstest]
+    #[case::holds(Some(("True", "WallHoldsOnPackets")), Source::Cluster, Some("  o enforced Enforced True (WallHoldsOnPackets, last probe 2026-12-04T21:43:47Z): what the probe saw\n"))]
+    #[case::paper_wall(Some(("False", "NotEnforced")), Source::Cluster, Some("  ! enforced Enforced False (NotEnforced, last probe 2026-12-04T21:43:47Z): what the probe saw -> the network plugin does not enforce NetworkPolicy"))]
+    #[case::dns_blocked(Some(("False", "DNSBlocked")), Source::Cluster, Some(" -> open spec.dns where the pods really send DNS"))]
+    #[case::unknown(Some(("Unknown", "ControlFailed")), Source::Cluster, Some("  ? enforced Enforced Unknown (ControlFailed"))]
+    #[case::probe_off(
+        None,
+        Source::Cluster,
+        Some("  ? enforced Enforced not reported: the enforcement probe is off")
+    )]
+    #[case::from_files(None, Source::Manifests, None)]
+    fn says_what_the_probe_saw_and_what_a_false_asks(
+        #[case] enforced: Option<(&str, &str)>,
+        #[case] source: Source,
+        #[case] expected: Option<&str>,
+    ) {
+        let line = enforced_line(&baseline(enforced), source);
+        match (line, expected) {
+            (Some(line), Some(expected)) => assert!(line.contains(expected), "{line}"),
+            (None, None) => {}
+            (line, expected) => panic!("{line:?} where {expected:?} was expected"),
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use namespace_baseline_core::wall::{Change, drifted_fields};
 use serde::Serialize;
 
 use crate::base::error::Error;
+use crate::reconcile::probe::condition::ENFORCED;
 
 use crate::commands::cluster_plan::input::{DnsObject, PlanInput, Source};
 
@@ -80,6 +81,7 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, input: &PlanInput) -> Ba
         drift: Vec::new(),
         orphaned: Vec::new(),
         holes: Vec::new(),
+        enforced: enforced(baseline),
         dns: if spec.allow_dns {
             dns_check(spec, &input.dns)
         } else {
@@ -260,6 +262,9 @@ pub struct BaselineReport {
     pub orphaned: Vec<PolicyRef>,
     /// Rules of other policies that open the wall in the guarded namespaces.
     pub holes: Vec<HoleItem>,
+    /// The `Enforced` condition the baseline carries (read from the cluster; `None`: none,
+    /// the enforcement probe is off, or the baseline was read from a file).
+    pub enforced: Option<EnforcedItem>,
     /// Whether the DNS door reaches the DNS Service's ready endpoints (`None`: no door, or
     /// no object read in the door's Service namespace).
     pub dns: Option<namespace_baseline_core::doors::Reachability>,
@@ -290,6 +295,35 @@ fn dns_check(
         }
     }
     Some(check_dns_objects(&door, &read))
+}
+
+/// The enforcement probe's last word on a baseline's wall: its `Enforced` condition.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnforcedItem {
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    /// When the last probe round ended (`status.lastProbeTime`), RFC 3339.
+    pub last_probe_time: Option<String>,
+}
+
+/// The `Enforced` condition of `baseline`'s status, if it has one.
+fn enforced(baseline: &NamespaceBaseline) -> Option<EnforcedItem> {
+    let status = baseline.status.as_ref()?;
+    let condition = status
+        .conditions
+        .iter()
+        .find(|condition| condition.type_ == ENFORCED)?;
+    Some(EnforcedItem {
+        status: condition.status.clone(),
+        reason: condition.reason.clone(),
+        message: condition.message.clone(),
+        last_probe_time: status
+            .last_probe_time
+            .as_ref()
+            .map(|time| time.0.to_string()),
+    })
 }
 
 /// A hole in a guarded namespace.

@@ -274,6 +274,7 @@ fn json_has_the_documented_shape() {
             "deletionPolicy",
             "dns",
             "drift",
+            "enforced",
             "guarded",
             "holes",
             "invalid",
