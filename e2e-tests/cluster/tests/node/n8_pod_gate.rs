@@ -12,14 +12,18 @@
 //! Namespace create to the first pod Running (p50/p99).
 
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client};
 use namespace_baseline_cluster_tests::admission::AdmissionChain;
 use namespace_baseline_cluster_tests::{
     AuditEvent, AuditMark, Cluster, Scenario, deny_all_policy_name, dns_policy_name,
@@ -82,8 +86,13 @@ struct Bed<'a> {
 #[derive(Debug)]
 struct Round {
     namespace: String,
-    /// Pod CREATEs answered 201 before the wall's NetworkPolicies were asked for.
+    /// Pods persisted before the wall's last NetworkPolicy was (etcd's order): admitted
+    /// while the wall did not exist.
     admitted_before_wall: usize,
+    /// Pod CREATEs answered 201 before the wall's last NetworkPolicy was (the audit log's
+    /// times: a pod admitted just after the wall was stored may be answered before the
+    /// wall's own request is, so this may count a pod the gate rightly let in).
+    answered_before_wall: usize,
     /// Pod CREATEs refused (the gate, or the namespace's ServiceAccount not there yet).
     refused: usize,
     /// Attempts that got through before enforcement: the pods' own, out (tcp, udp).
@@ -207,10 +216,11 @@ async fn measure(bed: &Bed<'_>, rounds: usize) -> [Vec<Round>; 2] {
         for round in 0..rounds {
             let result = run_round(bed, gate, round).await;
             eprintln!(
-                "n8 gate {} round {round:02} ({}): admitted before the wall {}, refused {}, through out tcp/udp {:?}, in tcp/udp {:?}, namespace -> Running {:.2} s",
+                "n8 gate {} round {round:02} ({}): admitted before the wall {} (answered before it {}), refused {}, through out tcp/udp {:?}, in tcp/udp {:?}, namespace -> Running {:.2} s",
                 gate.label(),
                 result.namespace,
                 result.admitted_before_wall,
+                result.answered_before_wall,
                 result.refused,
                 result.through_out,
                 result.through_in,
@@ -229,10 +239,11 @@ fn report(gate: Gate, rounds: &[Round]) {
     figure(
         "n8",
         format!(
-            "gate {:<3} {} rounds: pods admitted before the wall {} (pod CREATEs refused {}); attempts through before enforcement {} (out tcp {} udp {}, in tcp {} udp {}; in {} of {} rounds); namespace -> first pod Running p50 {:.2} s p99 {:.2} s",
+            "gate {:<3} {} rounds: pods admitted before the wall {} (stored before it, etcd's order; answered 201 before its 201 in the audit log {}; pod CREATEs refused {}); attempts through before enforcement {} (out tcp {} udp {}, in tcp {} udp {}; in {} of {} rounds); namespace -> first pod Running p50 {:.2} s p99 {:.2} s",
             gate.label(),
             rounds.len(),
             sum(|r| r.admitted_before_wall),
+            sum(|r| r.answered_before_wall),
             sum(|r| r.refused),
             sum(Round::through),
             sum(|r| r.through_out[0]),
@@ -378,6 +389,8 @@ async fn run_round(bed: &Bed<'_>, gate: Gate, round: usize) -> Round {
     let mark = bed.cluster.audit.mark();
     let since = now_us();
     let started = Instant::now();
+    let pod_creations = Creations::watch::<Pod>(&bed.cluster.admin, &namespace).await;
+    let wall_creations = Creations::watch::<NetworkPolicy>(&bed.cluster.admin, &namespace).await;
     for document in documents(bed, &namespace) {
         bed.cluster
             .apply(&document)
@@ -400,13 +413,31 @@ async fn run_round(bed: &Bed<'_>, gate: Gate, round: usize) -> Round {
             .count();
     }
     let through_out = wait_outward_blocked(bed, &pods, since).await;
-    let (admitted_before_wall, refused) = pod_creates_before_wall(bed, &namespace, mark);
+    let (answered_before_wall, refused) = pod_creates_before_wall(bed, &namespace, mark);
+    let wall = [
+        deny_all_policy_name(&bed.names.name),
+        dns_policy_name(&bed.names.name),
+    ]
+    .iter()
+    .map(|policy| {
+        wall_creations
+            .created(policy)
+            .unwrap_or_else(|| panic!("{namespace}: NetworkPolicy {policy} never seen created"))
+    })
+    .max()
+    .expect("two policies");
+    let admitted_before_wall = pod_creations
+        .all()
+        .iter()
+        .filter(|(_, created)| *created < wall)
+        .count();
     bed.names
         .delete_namespaces(std::slice::from_ref(&namespace))
         .await;
     Round {
         namespace,
         admitted_before_wall,
+        answered_before_wall,
         refused,
         through_out,
         through_in,
@@ -525,9 +556,88 @@ fn outward_records(
     records
 }
 
+/// When each object of a kind in a namespace was created, as its resourceVersion (the etcd
+/// revision that stored it), from a watch started before the namespace exists: the order in
+/// which the API server persisted them, which the audit log's times cannot tell.
+struct Creations {
+    seen: Arc<Mutex<Vec<(String, u64)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Creations {
+    async fn watch<K>(client: &Client, namespace: &str) -> Self
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + k8s_openapi::serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let api: Api<K> = Api::all(client.clone());
+        let config = watcher::Config::default().fields(&format!("metadata.namespace={namespace}"));
+        let seen: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+        let sink = seen.clone();
+        let (ready, listed) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut ready = Some(ready);
+            let mut events = watcher(api, config).boxed();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        ready.take().map(|ready| ready.send(()));
+                    }
+                    Ok(watcher::Event::Apply(object)) => record_creation(&sink, object.meta()),
+                    _ => {}
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(10), listed)
+            .await
+            .expect("the watch of the round's namespace listed in 10 s")
+            .expect("the watch of the round's namespace");
+        Self { seen, task }
+    }
+
+    fn all(&self) -> Vec<(String, u64)> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn created(&self, name: &str) -> Option<u64> {
+        self.all()
+            .into_iter()
+            .find_map(|(seen, created)| (seen == name).then_some(created))
+    }
+}
+
+/// The first event of an object carries the resourceVersion that created it.
+fn record_creation(seen: &Mutex<Vec<(String, u64)>>, meta: &ObjectMeta) {
+    let (Some(name), Some(version)) = (meta.name.clone(), meta.resource_version.as_deref()) else {
+        return;
+    };
+    let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+    if !seen.iter().any(|(known, _)| *known == name) {
+        seen.push((
+            name,
+            version
+                .parse()
+                .expect("a resourceVersion (an etcd revision)"),
+        ));
+    }
+}
+
+impl Drop for Creations {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// From the audit log since `mark`: pod CREATEs in `namespace` answered 201 before the
-/// wall's last NetworkPolicy was even asked for (so certainly admitted before the wall
-/// existed), and pod CREATEs refused.
+/// wall's last NetworkPolicy was (its 201; the policies pass the admission chain too, so a
+/// pod may be admitted while they are on their way), and pod CREATEs refused.
 fn pod_creates_before_wall(bed: &Bed<'_>, namespace: &str, mark: AuditMark) -> (usize, usize) {
     let events = bed
         .cluster
@@ -539,7 +649,7 @@ fn pod_creates_before_wall(bed: &Bed<'_>, namespace: &str, mark: AuditMark) -> (
         .filter(|e| e.object_ref.as_ref().and_then(|o| o.namespace.as_deref()) == Some(namespace))
         .collect();
     let baseline = &bed.names.name;
-    let wall_asked_for = [deny_all_policy_name(baseline), dns_policy_name(baseline)]
+    let wall_created = [deny_all_policy_name(baseline), dns_policy_name(baseline)]
         .iter()
         .map(|policy| policy_created(&in_namespace, namespace, policy))
         .max()
@@ -549,13 +659,13 @@ fn pod_creates_before_wall(bed: &Bed<'_>, namespace: &str, mark: AuditMark) -> (
         .filter(|e| e.resource() == "pods" && e.subresource().is_none() && e.verb == "create");
     let admitted = pod_creates
         .clone()
-        .filter(|e| e.code() == Some(201) && e.stage_at().is_some_and(|at| at < wall_asked_for))
+        .filter(|e| e.code() == Some(201) && e.stage_at().is_some_and(|at| at < wall_created))
         .count();
     let refused = pod_creates.filter(|e| e.code() != Some(201)).count();
     (admitted, refused)
 }
 
-/// When the API server received the request that created NetworkPolicy `policy` (201).
+/// When the API server answered 201 to the request that created NetworkPolicy `policy`.
 fn policy_created(events: &[&AuditEvent], namespace: &str, policy: &str) -> Timestamp {
     events
         .iter()
@@ -564,6 +674,6 @@ fn policy_created(events: &[&AuditEvent], namespace: &str, policy: &str) -> Time
                 && e.code() == Some(201)
                 && e.object_ref.as_ref().and_then(|o| o.name.as_deref()) == Some(policy)
         })
-        .and_then(|e| e.received_at())
+        .and_then(|e| e.stage_at())
         .unwrap_or_else(|| panic!("no 201 for NetworkPolicy {namespace}/{policy} in the audit log"))
 }
