@@ -13,7 +13,11 @@
 # the chart test (n4) installs the Helm chart with the reconciler image built by `make image`
 # (its archive imported into containerd), and fails loudly when there is no such target.
 #
-# Environment: CARGO, CARGO_TARGET_DIR, NSB_RECONCILER_LOG, NSB_DRIFT_REPEATS (default 25).
+# The admission chain test (n8) runs the built policy in the stand-in policy-server (as the
+# cluster tests do), and netprobe inside its pods: a static (musl) build, mounted read-only.
+#
+# Environment: CARGO, CARGO_TARGET_DIR, NSB_RECONCILER_LOG, NSB_DRIFT_REPEATS (default 25),
+# NSB_WEBHOOK_BIN and POLICY_WASM (session.sh), NSB_N8_ROUNDS (default 30).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,12 +30,19 @@ cd "$ROOT"
 
 # The reconciler under test: the image's static release binary (session.sh).
 nsb_reconciler_bin
+# The stand-in policy-server and policy.wasm (session.sh), for n8's admission chain.
+nsb_webhook_bin
 nsb_say "building netprobe and the node tests"
 "$CARGO" build -p namespace-baseline-cluster-tests --bin netprobe --locked
 "$CARGO" test -p namespace-baseline-cluster-tests --features node --test node --locked --no-run
 TARGET="$(nsb_target_dir)"
 export NSB_NETPROBE_BIN="$TARGET/debug/netprobe"
-for bin in "$NSB_RECONCILER_BIN" "$NSB_NETPROBE_BIN"; do
+# netprobe is standard library only: rustc alone builds it static, to run in a pod (n8).
+export NSB_NETPROBE_STATIC_BIN="$TARGET/netprobe-static/netprobe"
+mkdir -p "$(dirname "$NSB_NETPROBE_STATIC_BIN")"
+rustc --edition 2024 --target x86_64-unknown-linux-musl -C opt-level=1 \
+  -o "$NSB_NETPROBE_STATIC_BIN" e2e-tests/cluster/src/bin/netprobe.rs
+for bin in "$NSB_RECONCILER_BIN" "$NSB_NETPROBE_BIN" "$NSB_NETPROBE_STATIC_BIN"; do
   [[ -x "$bin" ]] || { echo "!! not found: $bin" >&2; exit 1; }
 done
 

@@ -6,11 +6,14 @@
 //! ```text
 //! netprobe tcp ADDR:PORT TIMEOUT_MS                  -> open|refused|unreachable|timeout|error <ms> [detail]
 //! netprobe dns udp|tcp ADDR:PORT NAME TIMEOUT_MS     -> reply <ms> rcode=<n> a=<ip,...>  |  refused|timeout|... <ms>
-//! netprobe watch tcp ADDR:PORT TIMEOUT_MS EVERY_MS FOR_MS
-//!     one line per probe: <start, µs since the epoch> <result> <ms>; a probe starts every
-//!     EVERY_MS whether or not the previous one has finished (a dropped SYN does not hide
-//!     the moment the path opens again); stops after FOR_MS or when stdout closes.
+//! netprobe watch tcp|udp ADDR:PORT TIMEOUT_MS EVERY_MS FOR_MS
+//!     one line per probe: <start, µs since the epoch> <result> <ms>; a probe (a TCP
+//!     connection, or a DNS query over UDP) starts every EVERY_MS whether or not the
+//!     previous one has finished (a dropped SYN does not hide the moment the path opens
+//!     again); stops after FOR_MS or when stdout closes.
 //! ```
+//! Standard library only, so that it also builds as a static binary that runs in a pod's own
+//! container, probing from the pod's first instant (n8).
 //! The exit code is 0 whatever the result (the result is the output), 2 on a usage error.
 
 use std::io::{self, Read, Write};
@@ -45,8 +48,16 @@ fn main() {
                 Err(error) => format!("{} {ms:.1} {error}", classify(&error)),
             }
         }
-        ["watch", "tcp", addr, timeout, every, duration] => {
+        [
+            "watch",
+            transport @ ("tcp" | "udp"),
+            addr,
+            timeout,
+            every,
+            duration,
+        ] => {
             watch(
+                *transport == "udp",
                 parse_addr(addr),
                 parse_ms(timeout),
                 parse_ms(every),
@@ -61,7 +72,7 @@ fn main() {
 
 fn usage(why: &str) -> ! {
     eprintln!(
-        "netprobe: {why}\nusage: netprobe tcp ADDR:PORT TIMEOUT_MS | dns udp|tcp ADDR:PORT NAME TIMEOUT_MS | watch tcp ADDR:PORT TIMEOUT_MS EVERY_MS FOR_MS"
+        "netprobe: {why}\nusage: netprobe tcp ADDR:PORT TIMEOUT_MS | dns udp|tcp ADDR:PORT NAME TIMEOUT_MS | watch tcp|udp ADDR:PORT TIMEOUT_MS EVERY_MS FOR_MS"
     );
     std::process::exit(2)
 }
@@ -103,7 +114,21 @@ fn tcp(addr: &SocketAddr, timeout: Duration) -> (&'static str, f64, String) {
     }
 }
 
-fn watch(addr: SocketAddr, timeout: Duration, every: Duration, duration: Duration) {
+/// One probe of `watch`: a TCP connection, or (`udp`) a DNS query over UDP.
+fn watched_probe(udp: bool, addr: &SocketAddr, timeout: Duration) -> (&'static str, f64) {
+    if !udp {
+        let (result, ms, _) = tcp(addr, timeout);
+        return (result, ms);
+    }
+    let started = Instant::now();
+    let result = match dns_udp(addr, "probe.nsb.test", timeout) {
+        Ok(_) => "reply",
+        Err(error) => classify(&error),
+    };
+    (result, started.elapsed().as_secs_f64() * 1000.0)
+}
+
+fn watch(udp: bool, addr: SocketAddr, timeout: Duration, every: Duration, duration: Duration) {
     let (sender, receiver) = mpsc::channel::<String>();
     let writer = std::thread::spawn(move || {
         let stdout = io::stdout();
@@ -123,7 +148,7 @@ fn watch(addr: SocketAddr, timeout: Duration, every: Duration, duration: Duratio
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_micros();
-            let (result, ms, _) = tcp(&addr, timeout);
+            let (result, ms) = watched_probe(udp, &addr, timeout);
             let _ = sender.send(format!("{at} {result} {ms:.1}"));
         });
         next += every;

@@ -112,7 +112,7 @@ async fn main() -> Result<()> {
     );
 
     println!("\n== 3. Drift: an admin deletes the deny-all; the packets stop again");
-    let watch = open.watch(&node, &walled.server(), 200, 10, 30_000)?;
+    let watch = open.watch(&node, "tcp", &walled.server(), 200, 10, 30_000)?;
     watch
         .wait_state(
             now_us(),

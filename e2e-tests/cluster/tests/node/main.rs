@@ -21,6 +21,7 @@ mod n4_chart;
 mod n5_delete;
 mod n6_holes;
 mod n7_enforced;
+mod n8_pod_gate;
 mod pods;
 
 use std::time::Duration;

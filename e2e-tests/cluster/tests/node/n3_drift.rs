@@ -67,6 +67,7 @@ async fn n3_drift_on_the_wire_and_enforcer_delay() {
     let into_walled = open
         .watch(
             node,
+            "tcp",
             &walled.server(),
             PROBE_TIMEOUT_MS,
             PROBE_EVERY_MS,
@@ -132,6 +133,7 @@ async fn n3_drift_on_the_wire_and_enforcer_delay() {
     let into_other = open
         .watch(
             node,
+            "tcp",
             &other.server(),
             PROBE_TIMEOUT_MS,
             PROBE_EVERY_MS,

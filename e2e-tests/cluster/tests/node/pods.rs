@@ -73,6 +73,35 @@ impl Node {
     pub fn kube_dns(&self) -> String {
         format!("{}:53", self.cluster_dns)
     }
+
+    /// `netprobe` built static, to run inside a pod's own container (mounted from the node).
+    pub fn netprobe_static(&self) -> PathBuf {
+        PathBuf::from(env("NSB_NETPROBE_STATIC_BIN"))
+    }
+
+    /// What a container of a pod wrote to stdout, as the kubelet keeps it (its `podLogsDir`
+    /// is in the node's state directory): the lines, without the CRI log prefix.
+    pub fn container_log(&self, pod: &Pod, container: &str) -> Result<Vec<String>> {
+        let meta = &pod.metadata;
+        let dir = format!(
+            "{}_{}_{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+            meta.uid.as_deref().unwrap_or_default()
+        );
+        let path = PathBuf::from(env("NSB_NODE_STATE_DIR"))
+            .join("pod-logs")
+            .join(dir)
+            .join(container)
+            .join("0.log");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        // `<time> stdout F <line>`
+        Ok(text
+            .lines()
+            .filter_map(|line| line.splitn(4, ' ').nth(3).map(str::to_owned))
+            .collect())
+    }
 }
 
 /// What one probe saw.
@@ -212,11 +241,12 @@ impl TestPod {
         Ok((output.status.code().unwrap_or(-1), text))
     }
 
-    /// Starts a prober in this pod: a TCP connection to `target` every `every_ms`, each with
-    /// `timeout_ms`, for `for_ms`.
+    /// Starts a prober in this pod: a TCP connection (`transport` tcp) or a DNS query over
+    /// UDP (udp) to `target` every `every_ms`, each with `timeout_ms`, for `for_ms`.
     pub fn watch(
         &self,
         node: &Node,
+        transport: &str,
         target: &str,
         timeout_ms: u64,
         every_ms: u64,
@@ -228,7 +258,7 @@ impl TestPod {
             .arg(&node.netprobe)
             .args([
                 "watch",
-                "tcp",
+                transport,
                 target,
                 &timeout_ms.to_string(),
                 &every_ms.to_string(),
@@ -245,16 +275,10 @@ impl TestPod {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                let mut fields = line.split_whitespace();
-                let (Some(at), Some(result)) = (fields.next(), fields.next()) else {
-                    continue;
-                };
-                let Ok(at) = at.parse::<u128>() else { continue };
-                let probe = Probe::parse(&line[line.find(result).unwrap_or(0)..]);
-                if probe.passed() || probe.blocked() {
+                if let Some(record) = watch_record(&line) {
                     sink.lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .push((at, probe.passed()));
+                        .push(record);
                 }
             }
         });
@@ -264,6 +288,16 @@ impl TestPod {
             timeout: Duration::from_millis(timeout_ms),
         })
     }
+}
+
+/// A line of `netprobe watch` (`<start µs> <result> <ms>`): when the probe started and
+/// whether it got through; `None` for a line that is not a probe or an error that says
+/// nothing about the path.
+pub fn watch_record(line: &str) -> Option<(u128, bool)> {
+    let (at, result) = line.trim().split_once(' ')?;
+    let at = at.parse::<u128>().ok()?;
+    let probe = Probe::parse(result);
+    (probe.passed() || probe.blocked()).then_some((at, probe.passed()))
 }
 
 /// Microseconds since the epoch (the prober's clock).
@@ -319,17 +353,8 @@ impl Watch {
                 .into_iter()
                 .filter(|(at, _)| *at <= horizon)
                 .collect();
-            let run_start = probes
-                .iter()
-                .rposition(|(_, passed)| *passed != open)
-                .map_or(0, |i| i + 1);
-            let run = &probes[run_start..];
-            let settled = run.len() >= 3
-                && run
-                    .first()
-                    .is_some_and(|(at, _)| horizon.saturating_sub(*at) >= settle.as_micros());
-            let result = if settled {
-                Ok(Some(run[0].0))
+            let result = if let Some(first) = settled_run(&probes, open, settle, horizon) {
+                Ok(Some(first))
             } else {
                 Err(anyhow::anyhow!(
                     "{} probes since, {} through",
@@ -342,6 +367,24 @@ impl Watch {
         .await?;
         Ok(first)
     }
+}
+
+/// The start of the final run of `probes` (in start order, each with a known result by
+/// `horizon`, µs since the epoch) that all got through (`open`) or were all blocked, when
+/// that run has at least 3 probes and began `settle` or more before `horizon`.
+pub fn settled_run(
+    probes: &[(u128, bool)],
+    open: bool,
+    settle: Duration,
+    horizon: u128,
+) -> Option<u128> {
+    let run_start = probes
+        .iter()
+        .rposition(|(_, passed)| *passed != open)
+        .map_or(0, |i| i + 1);
+    let run = &probes[run_start..];
+    let (first, _) = run.first()?;
+    (run.len() >= 3 && horizon.saturating_sub(*first) >= settle.as_micros()).then_some(*first)
 }
 
 impl Drop for Watch {
@@ -374,17 +417,7 @@ async fn try_start_pod(
             "terminationGracePeriodSeconds": 2,
             "automountServiceAccountToken": false,
             "containers": [
-                {
-                    "name": "whoami",
-                    "image": node.coredns_image,
-                    "imagePullPolicy": "IfNotPresent",
-                    // No Corefile: CoreDNS serves its default `whoami` zone on -dns.port.
-                    "args": [format!("-dns.port={SERVER_PORT}")],
-                    "ports": [
-                        {"containerPort": SERVER_PORT, "protocol": "UDP"},
-                        {"containerPort": SERVER_PORT, "protocol": "TCP"}
-                    ]
-                },
+                whoami_container(node),
                 {
                     "name": "tools",
                     "image": node.tools_image,
@@ -445,6 +478,21 @@ async fn try_start_pod(
         ip: status.pod_ip.unwrap_or_default(),
         tools_container,
         pid,
+    })
+}
+
+/// The test pods' server: CoreDNS's `whoami` on [`SERVER_PORT`], UDP and TCP.
+pub fn whoami_container(node: &Node) -> serde_json::Value {
+    json!({
+        "name": "whoami",
+        "image": node.coredns_image,
+        "imagePullPolicy": "IfNotPresent",
+        // No Corefile: CoreDNS serves its default `whoami` zone on -dns.port.
+        "args": [format!("-dns.port={SERVER_PORT}")],
+        "ports": [
+            {"containerPort": SERVER_PORT, "protocol": "UDP"},
+            {"containerPort": SERVER_PORT, "protocol": "TCP"}
+        ]
     })
 }
 
