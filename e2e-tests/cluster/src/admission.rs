@@ -7,10 +7,12 @@
 //! and [`Cluster::connect`] removes one left by a test that died), else every later
 //! NetworkPolicy write would fail.
 
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
+use futures::FutureExt as _;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use namespace_baseline_testkit::kubeconfig;
@@ -109,6 +111,36 @@ impl Cluster {
         };
         chain.register().await?;
         Ok(chain)
+    }
+
+    /// Runs `checks` with the stand-in policy-server in the admission chain, and removes the
+    /// chain whatever happened: the configuration must go before anything else runs on this
+    /// API server (fail closed). When `checks` panicked, the stand-in's log tail is printed
+    /// and the panic is returned, for the caller to clean up before it resumes it.
+    pub async fn with_admission_chain<T>(
+        &self,
+        checks: impl AsyncFnOnce(&AdmissionChain) -> T,
+    ) -> std::thread::Result<T> {
+        let chain = self
+            .start_admission_chain()
+            .await
+            .expect("the stand-in policy-server in the admission chain");
+        let checked = AssertUnwindSafe(checks(&chain)).catch_unwind().await;
+        if checked.is_err() {
+            eprintln!(
+                "stand-in policy-server:\n{}",
+                chain.policy_server.log_tail(60)
+            );
+        }
+        let removed = chain.remove().await;
+        match (&checked, removed) {
+            (Ok(_), removed) => removed.expect("removing the webhook configuration"),
+            (Err(_), Err(error)) => {
+                eprintln!("!! removing the webhook configuration failed too: {error:#}");
+            }
+            (Err(_), Ok(())) => {}
+        }
+        checked
     }
 
     /// Removes a webhook configuration of the shipped policy that a dead test left behind.

@@ -6,10 +6,8 @@
 //! removal of a guarded namespace's label with the policy's messages, lets an unrelated
 //! NetworkPolicy through, and lets the reconciler's ServiceAccount repair a deleted wall.
 
-use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use futures::FutureExt as _;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -45,27 +43,12 @@ async fn s12_the_api_server_refuses_through_the_stand_in_policy_server() {
         .expect("the reconciler");
     wait_wall(&cluster, &baseline, &walled, true, Duration::from_secs(30)).await;
 
-    let chain = cluster
-        .start_admission_chain()
+    cluster
+        .with_admission_chain(async |chain| {
+            through_the_chain(&cluster, &names, &baseline, &walled, chain, reconciler).await;
+        })
         .await
-        .expect("the stand-in policy-server in the admission chain");
-    let checked = AssertUnwindSafe(through_the_chain(
-        &cluster, &names, &baseline, &walled, &chain, reconciler,
-    ))
-    .catch_unwind()
-    .await;
-    if checked.is_err() {
-        eprintln!(
-            "stand-in policy-server:\n{}",
-            chain.policy_server.log_tail(60)
-        );
-    }
-    // Fail closed: the configuration must go before anything else runs on this API server.
-    let removed = chain.remove().await;
-    if let Err(panic) = checked {
-        std::panic::resume_unwind(panic);
-    }
-    removed.expect("removing the webhook configuration");
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     names.delete_namespaces(&walled).await;
 }
 

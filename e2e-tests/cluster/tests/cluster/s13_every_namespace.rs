@@ -8,11 +8,9 @@
 //! covered namespace, and *creating* a namespace that already carries it.
 
 use std::collections::BTreeSet;
-use std::panic::AssertUnwindSafe;
 use std::process::Command;
 use std::time::Duration;
 
-use futures::FutureExt as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -203,27 +201,12 @@ async fn s13_an_opt_out_selector_walls_namespaces_that_never_carried_a_label() {
     figure("s13", format!("plan --cluster:\n{ours_text}"));
 
     // Through the real admission chain: opting out alone is refused by the API server.
-    let chain = cluster
-        .start_admission_chain()
+    cluster
+        .with_admission_chain(async |chain| {
+            opting_out_is_refused(&cluster, &names, &baseline, &plain[0], chain).await;
+        })
         .await
-        .expect("the stand-in policy-server in the admission chain");
-    let checked = AssertUnwindSafe(opting_out_is_refused(
-        &cluster, &names, &baseline, &plain[0], &chain,
-    ))
-    .catch_unwind()
-    .await;
-    if checked.is_err() {
-        eprintln!(
-            "stand-in policy-server:\n{}",
-            chain.policy_server.log_tail(60)
-        );
-    }
-    // Fail closed: the configuration must go before anything else runs on this API server.
-    let removed = chain.remove().await;
-    if let Err(panic) = checked {
-        std::panic::resume_unwind(panic);
-    }
-    removed.expect("removing the webhook configuration");
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
 
     // Cleanup: deletionPolicy Delete takes the wall away with the baseline.
     cluster

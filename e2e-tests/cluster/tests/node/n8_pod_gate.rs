@@ -11,11 +11,10 @@
 //! own window, kube-router#873: reported, never asserted); and what the gate costs, the
 //! Namespace create to the first pod Running (p50/p99).
 
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt as _, StreamExt as _};
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -126,26 +125,18 @@ async fn n8_pods_wait_for_their_wall_and_the_enforcers_window_is_measured() {
     common::create_baseline(&cluster, &names.name, common::spec(&names)).await;
     let stand_in_grant = names.namespace("stand-in-lists-network-policies");
     let_the_stand_in_list_network_policies(&cluster, &stand_in_grant).await;
-    let chain = cluster
-        .start_admission_chain()
-        .await
-        .expect("the stand-in policy-server in the admission chain");
-    let bed = Bed {
-        cluster: &cluster,
-        names: &names,
-        node: &node,
-        listener: &listener,
-        chain: &chain,
-    };
-    let measured = AssertUnwindSafe(measure(&bed, rounds)).catch_unwind().await;
-    if measured.is_err() {
-        eprintln!(
-            "stand-in policy-server:\n{}",
-            chain.policy_server.log_tail(40)
-        );
-    }
-    // Fail closed: the configuration must go before anything else runs on this API server.
-    let removed = chain.remove().await;
+    let measured = cluster
+        .with_admission_chain(async |chain| {
+            let bed = Bed {
+                cluster: &cluster,
+                names: &names,
+                node: &node,
+                listener: &listener,
+                chain,
+            };
+            measure(&bed, rounds).await
+        })
+        .await;
     remove_grant(&cluster, &stand_in_grant).await;
     let mut namespaces = vec![listener_namespace];
     if let Ok(by_gate) = &measured {
@@ -153,7 +144,6 @@ async fn n8_pods_wait_for_their_wall_and_the_enforcers_window_is_measured() {
     }
     names.delete_namespaces(&namespaces).await;
     let by_gate = measured.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    removed.expect("removing the webhook configuration");
     for namespace in &namespaces {
         wait_namespace_gone(&cluster, namespace, Duration::from_secs(180)).await;
     }
