@@ -1,5 +1,5 @@
-//! What a namespace's OpenReports `Report` says: the results for the wall, each hole and the
-//! DNS door, and their summary. Pure: the reconciler writes it (`reconciler/src/reconcile/reports.rs`),
+//! What a namespace's OpenReports `Report` says: the results for the wall, each hole, the
+//! DNS door and the enforcement probe's verdict, and their summary. Pure: the reconciler writes it (`reconciler/src/reconcile/reports.rs`),
 //! and whoever reads the cluster's policy results (Policy Reporter, `kubectl get reports`)
 //! sees the wall beside every other engine's results.
 //!
@@ -25,6 +25,7 @@ pub const CATEGORY: &str = "Network isolation";
 pub const RULE_WALL: &str = "wall";
 pub const RULE_HOLE: &str = "hole";
 pub const RULE_DNS_DOOR: &str = "dns-door";
+pub const RULE_ENFORCED: &str = "enforced";
 
 /// An OpenReports result status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,6 +163,15 @@ pub enum DoorState<'a> {
     Unknown(&'a str),
 }
 
+/// The enforcement probe's last verdict on the baseline's wall: its `Enforced` condition
+/// (proven on packets from the baseline's canary namespace, so the same in each namespace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnforcedState<'a> {
+    pub status: &'a str,
+    pub reason: &'a str,
+    pub message: &'a str,
+}
+
 /// Everything a namespace's report says, as the reconciler knows it after a reconcile.
 #[derive(Debug, Clone)]
 pub struct NamespaceState<'a> {
@@ -171,15 +181,23 @@ pub struct NamespaceState<'a> {
     pub holes: &'a [&'a Hole],
     /// The DNS door: `None` without a door (`allowDNS: false`) or without the check.
     pub dns: Option<DoorState<'a>>,
+    /// The `Enforced` condition: `None` while the baseline has none (the probe is off).
+    pub enforced: Option<EnforcedState<'a>>,
 }
 
 /// The report of one namespace: the wall first, then each hole (in the order given), then
-/// the DNS door. One more check is one more `chain` here.
+/// the DNS door, then the enforcement probe's verdict. One more check is one more `chain`
+/// here.
 pub fn namespace_report(state: &NamespaceState<'_>) -> ReportContent {
     let baseline = state.baseline;
     let results: Vec<ReportResult> = std::iter::once(wall_result(baseline, state.wall))
         .chain(state.holes.iter().map(|hole| hole_result(baseline, hole)))
         .chain(state.dns.map(|door| dns_result(baseline, door)))
+        .chain(
+            state
+                .enforced
+                .map(|enforced| enforced_result(baseline, enforced)),
+        )
         .collect();
     ReportContent {
         summary: Summary::of(&results),
@@ -296,6 +314,29 @@ fn dns_result(baseline: &str, door: DoorState<'_>) -> ReportResult {
     reported
 }
 
+/// The wall on packets: pass when the probe saw it hold (`True`); fail when it did not
+/// (`NotEnforced`, critical: no packet is stopped, whatever the objects say; `DNSBlocked`,
+/// medium: pods cannot resolve, as for the door); skip while the probe could not tell.
+fn enforced_result(baseline: &str, enforced: EnforcedState<'_>) -> ReportResult {
+    let message = enforced.message.to_owned();
+    let mut reported = match (enforced.status, enforced.reason) {
+        ("True", _) => result(baseline, RULE_ENFORCED, Outcome::Pass, message),
+        ("False", reason) => ReportResult {
+            severity: Some(if reason == "DNSBlocked" {
+                Severity::Medium
+            } else {
+                Severity::Critical
+            }),
+            ..result(baseline, RULE_ENFORCED, Outcome::Fail, message)
+        },
+        _ => result(baseline, RULE_ENFORCED, Outcome::Skip, message),
+    };
+    reported
+        .properties
+        .insert("reason".to_owned(), enforced.reason.to_owned());
+    reported
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,6 +404,7 @@ mod tests {
             wall: &WallState::InPlace,
             holes: &[&opened],
             dns: None,
+            enforced: None,
         });
         assert_eq!(
             outcomes(&content),
@@ -406,6 +448,7 @@ mod tests {
             wall: &wall,
             holes: &[],
             dns: None,
+            enforced: None,
         });
         assert_eq!(outcomes(&content), [(RULE_WALL, outcome, severity)]);
         assert!(
@@ -434,6 +477,7 @@ mod tests {
             wall: &WallState::InPlace,
             holes: &[],
             dns: Some(door),
+            enforced: None,
         });
         assert_eq!(
             outcomes(&content),
@@ -461,6 +505,7 @@ mod tests {
             wall: &WallState::Off(vec!["nsb-guarded-default-deny missing".into()]),
             holes: &[&wide, &narrow],
             dns: Some(DoorState::Checked(&unreachable)),
+            enforced: None,
         });
         let rules: Vec<&str> = content.results.iter().map(|r| r.rule.as_str()).collect();
         assert_eq!(rules, [RULE_WALL, RULE_HOLE, RULE_HOLE, RULE_DNS_DOOR]);
@@ -487,6 +532,7 @@ mod tests {
             wall: &WallState::InPlace,
             holes: &[&opened],
             dns: None,
+            enforced: None,
         });
         let json = serde_json::to_value(&content.results[1]).unwrap();
         assert_eq!(json["result"], "warn");
@@ -499,5 +545,38 @@ mod tests {
             serde_json::to_value(content.summary).unwrap(),
             serde_json::json!({"pass": 1, "fail": 0, "warn": 1, "error": 0, "skip": 0})
         );
+    }
+
+    #[rstest]
+    #[case::holds("True", "WallHoldsOnPackets", Outcome::Pass, None)]
+    #[case::paper_wall("False", "NotEnforced", Outcome::Fail, Some(Severity::Critical))]
+    #[case::dns_blocked("False", "DNSBlocked", Outcome::Fail, Some(Severity::Medium))]
+    #[case::cannot_tell("Unknown", "ControlFailed", Outcome::Skip, None)]
+    fn the_probes_verdict_is_the_last_result(
+        #[case] status: &str,
+        #[case] reason: &str,
+        #[case] outcome: Outcome,
+        #[case] severity: Option<Severity>,
+    ) {
+        let content = namespace_report(&NamespaceState {
+            baseline: "guarded",
+            wall: &WallState::InPlace,
+            holes: &[],
+            dns: None,
+            enforced: Some(EnforcedState {
+                status,
+                reason,
+                message: "what the probe saw",
+            }),
+        });
+        assert_eq!(
+            outcomes(&content),
+            [
+                (RULE_WALL, Outcome::Pass, None),
+                (RULE_ENFORCED, outcome, severity)
+            ]
+        );
+        assert_eq!(content.results[1].message, "what the probe saw");
+        assert_eq!(content.results[1].properties["reason"], reason);
     }
 }

@@ -12,12 +12,15 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use namespace_baseline_core::holes::Hole;
 use namespace_baseline_core::identity::{BASELINE_LABEL, FIELD_MANAGER, baseline_label_value};
 use namespace_baseline_core::plan::{self as core_plan, Baseline, Decision, decide};
-use namespace_baseline_core::report::{DoorState, NamespaceState, WallState, namespace_report};
+use namespace_baseline_core::report::{
+    DoorState, EnforcedState, NamespaceState, WallState, namespace_report,
+};
 use namespace_baseline_core::spec::{Mode, NamespaceBaseline};
 use tracing::{debug, info, warn};
 
 use crate::base::error::{Error, Result};
 use crate::reconcile::context::Context;
+use crate::reconcile::probe::condition::ENFORCED;
 use crate::reconcile::status::{self, DnsCheck};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::reports::object::{Report, apply_body, desired, report_name, says_the_same, slim};
@@ -65,6 +68,22 @@ pub async fn write(
         DnsCheck::Checked(reach) => DoorState::Checked(reach),
         DnsCheck::NotYet(reason) => DoorState::Unknown(reason),
     });
+    // The status this reconcile wrote (or found): its Enforced condition, the probe's last
+    // verdict on the baseline's wall (probe/: a changed verdict reconciles every namespace).
+    let status = ctx.caches.unseen.status(baseline);
+    let enforced = status
+        .as_ref()
+        .and_then(|status| {
+            status
+                .conditions
+                .iter()
+                .find(|condition| condition.type_ == ENFORCED)
+        })
+        .map(|condition| EnforcedState {
+            status: &condition.status,
+            reason: &condition.reason,
+            message: &condition.message,
+        });
     let report = report_name(&name);
     let mut writes = Vec::new();
     for namespace in &covered {
@@ -74,6 +93,7 @@ pub async fn write(
             wall,
             holes: holes.get(namespace).map_or(&[][..], Vec::as_slice),
             dns,
+            enforced,
         });
         let wanted = desired(&name, namespace, content);
         let known = stored(&store, &ctx.caches.unseen, namespace, &report);

@@ -77,6 +77,7 @@ fn stored(namespace: &str) -> Report {
             wall: &WallState::InPlace,
             holes: &holes,
             dns: None,
+            enforced: None,
         }),
     );
     report.metadata.resource_version = Some("7".to_owned());
@@ -264,4 +265,42 @@ async fn without_the_crds_nothing_is_asked() {
     .await;
     remove_all(&harness.ctx, "guarded").await.unwrap();
     assert_eq!(report_requests(&harness.requests().await), []);
+}
+
+#[tokio::test]
+async fn the_enforced_condition_is_reported_in_each_namespace() {
+    let harness = guarded();
+    harness
+        .ctx
+        .reports
+        .set_store(Some(store(vec![])), &harness.ctx.caches.unseen);
+    let mut baseline = baseline("guarded", spec());
+    baseline.status = Some(namespace_baseline_core::spec::NamespaceBaselineStatus {
+        conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: crate::reconcile::probe::condition::ENFORCED.to_owned(),
+            status: "False".to_owned(),
+            reason: "NotEnforced".to_owned(),
+            message: "egress: the canary connected".to_owned(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+            observed_generation: None,
+        }],
+        ..Default::default()
+    });
+    write(&harness.ctx, &baseline, &Scope::All, &outcome()).await;
+    let requests = harness.requests().await;
+    let bodies: Vec<_> = requests
+        .iter()
+        .filter(|r| r.path.starts_with(REPORTS))
+        .map(|r| &r.body)
+        .collect();
+    assert_eq!(bodies.len(), 2);
+    for body in bodies {
+        let last = body["results"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["rule"], "enforced");
+        assert_eq!(last["result"], "fail");
+        assert_eq!(last["severity"], "critical");
+        assert_eq!(last["message"], "egress: the canary connected");
+    }
 }

@@ -209,6 +209,13 @@ impl Driver {
             "probe round"
         );
         self.state.metrics.probe.round();
+        // A verdict that changes the condition is reported in every covered namespace's
+        // OpenReports Report: the reconcile it triggers then looks at every namespace.
+        let changed = self
+            .state
+            .probes
+            .last(&name)
+            .is_none_or(|last| last.verdict.condition() != verdict.condition());
         self.state.probes.record(
             &name,
             Outcome {
@@ -217,9 +224,11 @@ impl Driver {
                 generation: baseline.metadata.generation,
             },
         );
-        if let Ok(canary) = &canary {
+        match &canary {
+            Ok(_) if changed => self.caches.dirty.all(&name),
             // The reconcile this triggers looks at the canary namespace only (scope.rs).
-            self.caches.dirty.namespace(&name, canary);
+            Ok(canary) => self.caches.dirty.namespace(&name, canary),
+            Err(_) => {}
         }
         let _ = self.triggers.unbounded_send(ObjectRef::from_obj(baseline));
         ran

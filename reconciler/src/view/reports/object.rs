@@ -178,6 +178,7 @@ mod tests {
             wall: &WallState::InPlace,
             holes: &[],
             dns: None,
+            enforced: None,
         })
     }
 
