@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use namespace_baseline_core::identity::deny_all_policy_name;
 use namespace_baseline_core::spec::{DeletionPolicy, Mode};
 
 use crate::commands::cluster_plan::input::Source;
@@ -81,6 +82,30 @@ fn enforced_line(baseline: &BaselineReport, source: Source) -> Option<String> {
     ))
 }
 
+/// The namespaces whose wall this plan creates: with the admission policy's
+/// `podsWaitForWall`, their new pods are refused until it exists (docs/design.md, "Pods wait
+/// for their wall"), so a reader knows what else waits on these writes.
+fn pods_wait_line(baseline: &BaselineReport) -> Option<String> {
+    if baseline.mode != Mode::Enforce {
+        return None;
+    }
+    let deny_all = deny_all_policy_name(&baseline.name);
+    let unwalled: Vec<String> = baseline
+        .changes
+        .iter()
+        .filter(|change| change.action == Action::Create && change.name == deny_all)
+        .map(|change| change.namespace.clone())
+        .collect();
+    if unwalled.is_empty() {
+        return None;
+    }
+    let line = namespace_line("pods wait in", &unwalled);
+    Some(format!(
+        "{}    (no wall yet: with podsWaitForWall their new pods are refused until the creates above land)\n",
+        line.replacen("  pods wait in", "  ~ pods wait in", 1)
+    ))
+}
+
 /// The plan for people.
 pub fn render_text(report: &Report) -> String {
     let mut out = String::new();
@@ -124,6 +149,9 @@ pub fn render_text(report: &Report) -> String {
                 "  {sign} {verb:<8} {}/{}: {}",
                 change.namespace, change.name, change.reason
             );
+        }
+        if let Some(line) = pods_wait_line(baseline) {
+            out.push_str(&line);
         }
         for change in &baseline.drift {
             let verb = match change.action {
@@ -222,7 +250,7 @@ pub fn render_text(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::cluster_plan::report::EnforcedItem;
+    use crate::commands::cluster_plan::report::{ChangeItem, EnforcedItem};
     use rstest::rstest;
 
     fn names(count: usize) -> Vec<String> {
@@ -286,6 +314,28 @@ mod tests {
             (None, None) => {}
             (line, expected) => panic!("{line:?} where {expected:?} was expected"),
         }
+    }
+
+    #[test]
+    fn says_which_namespaces_pods_wait_for_their_wall() {
+        let mut planned = baseline(None);
+        assert_eq!(pods_wait_line(&planned), None);
+        planned.changes.push(ChangeItem {
+            action: Action::Create,
+            namespace: "team-a".into(),
+            name: deny_all_policy_name("team"),
+            fields: Vec::new(),
+            reason: "missing".into(),
+        });
+        let line = pods_wait_line(&planned).unwrap();
+        assert!(
+            line.starts_with(
+                "  ~ pods wait in 1 namespace: team-a\n    (no wall yet: with podsWaitForWall"
+            ),
+            "{line}"
+        );
+        planned.mode = Mode::Audit;
+        assert_eq!(pods_wait_line(&planned), None);
     }
 
     #[test]
