@@ -68,7 +68,7 @@ pub struct Metrics {
     /// Each baseline's holes by (width, direction): the gauge is their sum.
     holes_by_baseline: std::sync::Mutex<HashMap<String, HoleCounts>>,
     api_door_mismatch: Gauge,
-    /// The enforcement probe's metrics (probe/metrics.rs).
+    /// The enforcement probe's metrics (base/probe_metrics.rs).
     pub probe: crate::base::probe_metrics::ProbeMetrics,
 }
 
