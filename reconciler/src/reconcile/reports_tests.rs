@@ -27,6 +27,14 @@ fn guarded() -> crate::fixtures::Harness {
     )
 }
 
+/// The openreports.io CRDs are served and the cache of our reports lists `reports`.
+fn crds_served(harness: &Harness, reports: Vec<Report>) {
+    harness
+        .ctx
+        .reports
+        .set_store(Some(store(reports)), &harness.ctx.caches.unseen);
+}
+
 fn spec() -> NamespaceBaselineSpec {
     NamespaceBaselineSpec {
         allow_dns: false,
@@ -95,10 +103,7 @@ fn report_requests(requests: &[Recorded]) -> Vec<(String, String)> {
 #[tokio::test]
 async fn each_covered_namespace_gets_its_report_applied() {
     let harness = guarded();
-    harness
-        .ctx
-        .reports
-        .set_store(Some(store(vec![])), &harness.ctx.caches.unseen);
+    crds_served(&harness, vec![]);
     let baseline = baseline("guarded", spec());
     write(&harness.ctx, &baseline, &Scope::All, &outcome()).await;
     let requests = harness.requests().await;
@@ -132,10 +137,7 @@ async fn each_covered_namespace_gets_its_report_applied() {
 #[tokio::test]
 async fn reports_that_say_the_same_cost_no_request() {
     let harness = guarded();
-    harness.ctx.reports.set_store(
-        Some(store(vec![stored("team-a"), stored("team-b")])),
-        &harness.ctx.caches.unseen,
-    );
+    crds_served(&harness, vec![stored("team-a"), stored("team-b")]);
     write(
         &harness.ctx,
         &baseline("guarded", spec()),
@@ -149,10 +151,7 @@ async fn reports_that_say_the_same_cost_no_request() {
 #[tokio::test]
 async fn a_written_report_is_not_written_again_before_its_echo() {
     let harness = guarded();
-    harness
-        .ctx
-        .reports
-        .set_store(Some(store(vec![])), &harness.ctx.caches.unseen);
+    crds_served(&harness, vec![]);
     let baseline = baseline("guarded", spec());
     write(&harness.ctx, &baseline, &Scope::All, &outcome()).await;
     // The watch has not shown the writes yet: a second reconcile finds them in memory.
@@ -163,10 +162,7 @@ async fn a_written_report_is_not_written_again_before_its_echo() {
 #[tokio::test]
 async fn a_closed_hole_rewrites_only_its_namespace() {
     let harness = guarded();
-    harness.ctx.reports.set_store(
-        Some(store(vec![stored("team-a"), stored("team-b")])),
-        &harness.ctx.caches.unseen,
-    );
+    crds_served(&harness, vec![stored("team-a"), stored("team-b")]);
     let closed = status::Report {
         holes: Some(vec![]),
         ..outcome()
@@ -197,13 +193,9 @@ async fn a_closed_hole_rewrites_only_its_namespace() {
 #[tokio::test]
 async fn a_namespace_no_longer_covered_loses_its_report() {
     let harness = guarded();
-    harness.ctx.reports.set_store(
-        Some(store(vec![
-            stored("team-a"),
-            stored("team-b"),
-            stored("other"),
-        ])),
-        &harness.ctx.caches.unseen,
+    crds_served(
+        &harness,
+        vec![stored("team-a"), stored("team-b"), stored("other")],
     );
     let scope = Scope::Namespaces(["other".to_owned()].into());
     write(
@@ -231,10 +223,7 @@ async fn a_deleted_baseline_takes_its_reports_and_no_others() {
         namespace_baseline_core::identity::BASELINE_LABEL.into(),
         "someone-else".into(),
     );
-    harness.ctx.reports.set_store(
-        Some(store(vec![stored("team-a"), stored("team-b"), foreign])),
-        &harness.ctx.caches.unseen,
-    );
+    crds_served(&harness, vec![stored("team-a"), stored("team-b"), foreign]);
     remove_all(&harness.ctx, "guarded").await.unwrap();
     let mut made = report_requests(&harness.requests().await);
     made.sort();
@@ -270,10 +259,7 @@ async fn without_the_crds_nothing_is_asked() {
 #[tokio::test]
 async fn the_enforced_condition_is_reported_in_each_namespace() {
     let harness = guarded();
-    harness
-        .ctx
-        .reports
-        .set_store(Some(store(vec![])), &harness.ctx.caches.unseen);
+    crds_served(&harness, vec![]);
     let mut baseline = baseline("guarded", spec());
     baseline.status = Some(namespace_baseline_core::spec::NamespaceBaselineStatus {
         conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
