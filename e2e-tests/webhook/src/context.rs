@@ -15,6 +15,7 @@
 
 use anyhow::{Context as _, Result};
 use kube::Client;
+use namespace_baseline_core::identity::{deny_all_policy_name, dns_policy_name};
 use namespace_baseline_e2e::{BASELINE_API_VERSION, BASELINE_KIND, Cluster};
 use serde_json::Value;
 
@@ -112,16 +113,33 @@ pub fn host_error(error: &anyhow::Error) -> String {
 
 /// Everything the host calls can ask about `request`, one line per kind.
 async fn read(client: &Client, request: &AdmissionRequest) -> Result<Cluster> {
+    let baselines = list(client, &BASELINES, None).await?;
+    // The pod rule (podsWaitForWall) GETs a guarding baseline's wall by name in the pod's
+    // namespace, as the policy-server does and as deploy/policy-server-rbac.yaml grants
+    // (get, not list): every live baseline's wall names, a missing one left out.
+    let network_policies = match (&request.namespace, is_pod(request)) {
+        (Some(namespace), true) => {
+            let names = wall_names(&baselines);
+            get_each(client, &NETWORK_POLICIES, Some(namespace), &names).await?
+        }
+        _ => Vec::new(),
+    };
     Ok(Cluster {
-        baselines: list(client, &BASELINES, None).await?,
         namespaces: get_each(client, &NAMESPACES, None, &request_namespaces(request)).await?,
-        // The pod rule looks the wall up by name in the pod's namespace (podsWaitForWall).
-        network_policies: match (&request.namespace, is_pod(request)) {
-            (Some(namespace), true) => list(client, &NETWORK_POLICIES, Some(namespace)).await?,
-            _ => Vec::new(),
-        },
+        baselines,
+        network_policies,
         ..Cluster::default()
     })
+}
+
+/// The names of the NetworkPolicies of every baseline's wall (its deny-all and its DNS
+/// door), as the reconciler names them in each namespace it guards.
+pub fn wall_names(baselines: &[Value]) -> Vec<String> {
+    baselines
+        .iter()
+        .filter_map(|baseline| baseline["metadata"]["name"].as_str())
+        .flat_map(|name| [deny_all_policy_name(name), dns_policy_name(name)])
+        .collect()
 }
 
 /// Every object of `kind` (in `namespace` when given).
@@ -184,6 +202,24 @@ mod tests {
         #[case] path: &str,
     ) {
         assert_eq!(kind.collection_path(namespace), path);
+    }
+
+    #[test]
+    fn the_wall_is_read_by_the_names_the_reconciler_gives_it() {
+        let baselines = [
+            json!({"metadata": {"name": "default"}}),
+            json!({"metadata": {"name": "strict"}}),
+            json!({"metadata": {}}),
+        ];
+        assert_eq!(
+            wall_names(&baselines),
+            [
+                deny_all_policy_name("default"),
+                dns_policy_name("default"),
+                deny_all_policy_name("strict"),
+                dns_policy_name("strict"),
+            ]
+        );
     }
 
     #[test]

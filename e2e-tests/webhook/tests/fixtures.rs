@@ -1,7 +1,7 @@
 //! Every admission fixture through the stand-in's whole path, without a cluster: the
 //! fixture's request posted as an AdmissionReview body, its live objects served by a fake API
-//! server (its baselines as the NamespaceBaseline list, its namespaces by name, its
-//! NetworkPolicies by namespace, its host error as a failing API), the built `policy.wasm`
+//! server (its baselines as the NamespaceBaseline list, its namespaces and NetworkPolicies by
+//! name, its host error as a failing API), the built `policy.wasm`
 //! evaluating, and the AdmissionReview answered.
 //! Each must come back with the fixture's expected verdict, message and warnings, the uid
 //! echoed; a request policy-server could not read is a 400, never a verdict; settings the
@@ -68,20 +68,27 @@ fn serve(live: &Live, path: &str) -> (u16, Value) {
                    "metadata": {"resourceVersion": "1"}, "items": live.baselines}),
         );
     }
-    if let Some(namespace) = path
+    // The wall's NetworkPolicies by name, as the policy-server's ServiceAccount may read them
+    // (get, not list: deploy/policy-server-rbac.yaml).
+    if let Some((namespace, name)) = path
         .strip_prefix("/apis/networking.k8s.io/v1/namespaces/")
-        .and_then(|rest| rest.strip_suffix("/networkpolicies"))
+        .and_then(|rest| rest.split_once("/networkpolicies/"))
     {
-        let items: Vec<&Value> = live
+        return live
             .network_policies
             .iter()
-            .filter(|policy| policy["metadata"]["namespace"] == namespace)
-            .collect();
-        return (
-            200,
-            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicyList",
-                   "metadata": {"resourceVersion": "1"}, "items": items}),
-        );
+            .find(|policy| {
+                policy["metadata"]["namespace"] == namespace && policy["metadata"]["name"] == name
+            })
+            .map_or_else(
+                || {
+                    status(
+                        404,
+                        &format!("networkpolicies.networking.k8s.io \"{name}\" not found"),
+                    )
+                },
+                |policy| (200, policy.clone()),
+            );
     }
     if let Some(name) = path.strip_prefix("/api/v1/namespaces/") {
         return live

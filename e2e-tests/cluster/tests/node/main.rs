@@ -11,6 +11,7 @@
 //! the same run (the same pods before the wall, or the same target from an unwalled pod), so
 //! a broken network never looks like a wall; each says whether it was refused or timed out.
 
+mod chart;
 #[allow(dead_code)]
 #[path = "../cluster/common.rs"]
 mod common;

@@ -6,7 +6,6 @@
 //! liveness and readiness probes must pass, one pod leads; when the leader pod is deleted the
 //! other takes over and repairs a drift made during the hand-over.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -15,68 +14,17 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use namespace_baseline_cluster_tests::leadership::lease_holder;
-use namespace_baseline_cluster_tests::{
-    deny_all_policy_name, repo_root, wait_recreated, wait_until, wall_of,
-};
+use namespace_baseline_cluster_tests::{deny_all_policy_name, wait_recreated, wait_until, wall_of};
 use namespace_baseline_core::identity::RECONCILER_NAMESPACE;
 
+use crate::chart::{self, set};
 use crate::common::{self, figure, wait_ready};
 use crate::pods::{Node, TestPod, no_labels, start_pod};
 use crate::{assert_blocked, assert_passed, wait_wire};
 
-const RELEASE: &str = "namespace-baseline";
 const LEASE: &str = "namespace-baseline-reconciler";
 const SYSTEM_BASELINE: &str = "namespace-baseline-system";
 const POD_SELECTOR: &str = "app.kubernetes.io/name=namespace-baseline-reconciler";
-
-/// Runs helm against the node's API server: success and output.
-pub(crate) fn helm_run(args: &[&str]) -> (bool, String) {
-    let helm = std::env::var("NSB_HELM_BIN").unwrap_or_else(|_| {
-        panic!("NSB_HELM_BIN is not set: node-tests.sh builds helm (charts/install-helm.sh)")
-    });
-    let kubeconfig = std::env::var("TEST_KUBECONFIG").expect("TEST_KUBECONFIG");
-    let home = std::env::temp_dir().join("nsb-node-tests-helm");
-    let output = Command::new(&helm)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .expect("running helm");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
-}
-
-pub(crate) fn helm(args: &[&str]) -> String {
-    let (ok, text) = helm_run(args);
-    assert!(ok, "helm {args:?} failed:\n{text}");
-    text
-}
-
-/// The installed release; uninstalled (and waited for) when dropped, also on a failure.
-pub(crate) struct Release;
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        let (ok, text) = helm_run(&[
-            "uninstall",
-            RELEASE,
-            "--namespace",
-            "default",
-            "--wait",
-            "--timeout",
-            "120s",
-        ]);
-        if !ok {
-            eprintln!("!! helm uninstall {RELEASE} failed: {text}");
-        }
-    }
-}
 
 /// The reconciler pods, Ready ones only when `ready`.
 async fn reconciler_pods(pods: &Api<Pod>) -> Vec<Pod> {
@@ -118,14 +66,6 @@ fn restarts(pod: &Pod) -> i32 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn n4_chart_two_replicas_walled_probes_leader_handover() {
-    let image = std::env::var("NSB_RECONCILER_IMAGE").unwrap_or_else(|_| {
-        panic!(
-            "NSB_RECONCILER_IMAGE is not set: the chart test needs the reconciler image, built by `make image` and imported into the node by e2e-tests/node-tests.sh"
-        )
-    });
-    let (repository, tag) = image
-        .rsplit_once(':')
-        .unwrap_or_else(|| panic!("image {image} has no tag"));
     let (cluster, names, _) = common::start("n4").await;
     let node = Node::from_env();
     // A walled namespace of this scenario (its own baseline) with a test pod, and an open one.
@@ -149,35 +89,15 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
     );
 
     // --- install, as a user would --------------------------------------------------------
-    let (door_values, door_text) = api_door_values();
+    let chart::Installed {
+        release,
+        door_text,
+        took: installed,
+    } = chart::install(&set(
+        "reconciler.logLevel",
+        "info\\,namespace_baseline_reconciler=debug\\,namespace_baseline_leader=debug",
+    ));
     eprintln!("FIGURE n4: the API door of the test node, as `api-door` prints it:\n{door_text}");
-    let chart = repo_root().join("charts/namespace-baseline");
-    let started = Instant::now();
-    helm(&[
-        "upgrade",
-        "--install",
-        RELEASE,
-        &chart.to_string_lossy(),
-        "--namespace",
-        "default",
-        // The harness applied deploy/rbac.yaml and the namespace before: adopt them.
-        "--take-ownership",
-        "-f",
-        &door_values.to_string_lossy(),
-        "--set",
-        "admissionPolicy.enabled=false",
-        "--set",
-        &format!("reconciler.image.repository={repository}"),
-        "--set",
-        &format!("reconciler.image.tag={tag}"),
-        "--set",
-        "reconciler.logLevel=info\\,namespace_baseline_reconciler=debug\\,namespace_baseline_leader=debug",
-        "--wait",
-        "--timeout",
-        "180s",
-    ]);
-    let release = Release;
-    let installed = started.elapsed();
     let pods: Api<Pod> = Api::namespaced(cluster.admin.clone(), RECONCILER_NAMESPACE);
     let leases: Api<Lease> = Api::namespaced(cluster.admin.clone(), RECONCILER_NAMESPACE);
 
@@ -416,32 +336,6 @@ async fn n4_chart_two_replicas_walled_probes_leader_handover() {
     names
         .delete_namespaces(&[walled_ns, open_ns, other_ns])
         .await;
-}
-
-/// The API door for this cluster, printed by the reconciler from the EndpointSlices of
-/// default/kubernetes (README: "Install in a cluster"), as a values file for `helm -f`: its
-/// path and text.
-pub(crate) fn api_door_values() -> (std::path::PathBuf, String) {
-    let door_values =
-        std::env::temp_dir().join(format!("nsb-node-api-door-{}.yaml", std::process::id()));
-    let binary =
-        std::env::var("NSB_RECONCILER_BIN").expect("NSB_RECONCILER_BIN: the reconciler binary");
-    let printed = Command::new(&binary)
-        .args(["api-door", "-o", "values"])
-        .env(
-            "KUBECONFIG",
-            std::env::var("TEST_KUBECONFIG").expect("TEST_KUBECONFIG"),
-        )
-        .output()
-        .expect("running api-door");
-    assert!(
-        printed.status.success(),
-        "api-door failed: {}",
-        String::from_utf8_lossy(&printed.stderr)
-    );
-    let door_text = String::from_utf8(printed.stdout).unwrap();
-    std::fs::write(&door_values, &door_text).unwrap();
-    (door_values, door_text)
 }
 
 /// The network namespace of a reconciler pod's container, to probe from (the image has no

@@ -23,12 +23,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use namespace_baseline_cluster_tests::{Cluster, condition, repo_root, wait_until};
+use namespace_baseline_cluster_tests::{Cluster, condition, wait_until};
 use namespace_baseline_core::identity::RECONCILER_NAMESPACE;
 use serde_json::{Value, json};
 
+use crate::chart::{self, set};
 use crate::common::{self, figure, wait_ready};
-use crate::n4_chart::{Release, api_door_values, helm};
 use crate::pods::{Node, coredns_ip, no_labels, start_pod};
 use crate::{assert_blocked, assert_passed, wait_wire};
 
@@ -42,14 +42,6 @@ const DETOUR_TABLE: &str = "nsb_dns_detour";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
-    let image = std::env::var("NSB_RECONCILER_IMAGE").unwrap_or_else(|_| {
-        panic!(
-            "NSB_RECONCILER_IMAGE is not set: the probe needs the reconciler image, built by `make image` and imported into the node by e2e-tests/node-tests.sh"
-        )
-    });
-    let (repository, tag) = image
-        .rsplit_once(':')
-        .unwrap_or_else(|| panic!("image {image} has no tag"));
     let (cluster, names, _) = common::start("n7").await;
     let node = Node::from_env();
     let baseline = names.name.clone();
@@ -70,54 +62,25 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
     let open = start_pod(&cluster.admin, &node, &open_ns, "server").await;
 
     // --- the chart with the probe on, one canary for this scenario's baseline -------------
-    let (door_values, _) = api_door_values();
     let canaries = json!([{
         "baseline": baseline,
         "namespace": canary,
         "labels": names.walled_labels(),
     }])
     .to_string();
-    let chart = repo_root().join("charts/namespace-baseline");
-    helm(&[
-        "upgrade",
-        "--install",
-        "namespace-baseline",
-        &chart.to_string_lossy(),
-        "--namespace",
-        "default",
-        "--take-ownership",
-        "-f",
-        &door_values.to_string_lossy(),
-        "--set",
-        "admissionPolicy.enabled=false",
-        "--set",
-        &format!("reconciler.image.repository={repository}"),
-        "--set",
-        &format!("reconciler.image.tag={tag}"),
-        "--set",
-        "reconciler.replicas=1",
-        "--set",
-        "reconciler.leaderElection=false",
-        "--set",
-        "reconciler.logLevel=info",
-        "--set",
-        "probe.enabled=true",
-        "--set",
-        &format!("probe.interval={}s", PERIOD.as_secs()),
-        "--set",
-        &format!("probe.listenWindow={WINDOW}"),
-        "--set",
-        &format!("probe.dnsName={DNS_NAME}"),
+    let values = [
+        set("reconciler.replicas", 1),
+        set("reconciler.leaderElection", false),
+        set("reconciler.logLevel", "info"),
+        set("probe.enabled", true),
+        set("probe.interval", format!("{}s", PERIOD.as_secs())),
+        set("probe.listenWindow", WINDOW),
+        set("probe.dnsName", DNS_NAME),
         // Only this scenario's baseline is probed: the cost below is one baseline's.
-        "--set",
-        "probe.systemCanary=",
-        "--set-json",
-        &format!("probe.canaries={canaries}"),
-        "--wait",
-        "--timeout",
-        "180s",
-    ]);
-    let release = Release;
+        set("probe.systemCanary", ""),
+        ["--set-json".into(), format!("probe.canaries={canaries}")],
+    ];
+    let release = chart::install(&values.concat()).release;
 
     // --- 1. enforcer running: True within one period of Ready -----------------------------
     common::create_baseline(&cluster, &baseline, common::spec(&names)).await;

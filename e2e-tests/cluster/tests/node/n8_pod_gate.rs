@@ -17,19 +17,16 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use namespace_baseline_cluster_tests::admission::AdmissionChain;
 use namespace_baseline_cluster_tests::{
     AuditEvent, AuditMark, Cluster, Scenario, deny_all_policy_name, dns_policy_name,
 };
-use namespace_baseline_testkit::kubewarden::{
-    self, CONTROLLER_NAMESPACE, POLICY_SERVER_SERVICE_ACCOUNT,
-};
+use namespace_baseline_testkit::kubewarden;
 use serde_json::{Value, json};
 
 use crate::common::{self, figure};
@@ -123,8 +120,6 @@ async fn n8_pods_wait_for_their_wall_and_the_enforcers_window_is_measured() {
         .await
         .expect("starting the reconciler");
     common::create_baseline(&cluster, &names.name, common::spec(&names)).await;
-    let stand_in_grant = names.namespace("stand-in-lists-network-policies");
-    let_the_stand_in_list_network_policies(&cluster, &stand_in_grant).await;
     let measured = cluster
         .with_admission_chain(async |chain| {
             let bed = Bed {
@@ -137,7 +132,6 @@ async fn n8_pods_wait_for_their_wall_and_the_enforcers_window_is_measured() {
             measure(&bed, rounds).await
         })
         .await;
-    remove_grant(&cluster, &stand_in_grant).await;
     let mut namespaces = vec![listener_namespace];
     if let Ok(by_gate) = &measured {
         namespaces.extend(by_gate.iter().flatten().map(|r| r.namespace.clone()));
@@ -153,42 +147,6 @@ async fn n8_pods_wait_for_their_wall_and_the_enforcers_window_is_measured() {
         "with podsWaitForWall, pods were admitted before their wall: {:#?}",
         by_gate[0]
     );
-}
-
-/// The stand-in reads the NetworkPolicies of a Pod CREATE's namespace with a LIST
-/// (e2e-tests/webhook/src/context.rs), where the policy-server GETs the wall's two by name,
-/// all that deploy/policy-server-rbac.yaml grants: without this grant the stand-in refuses
-/// every pod ("cannot list resource networkpolicies"). Granted to it alone, for this test.
-async fn let_the_stand_in_list_network_policies(cluster: &Cluster, name: &str) {
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
-            "verbs": ["list"]}]
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": POLICY_SERVER_SERVICE_ACCOUNT,
-            "namespace": CONTROLLER_NAMESPACE}]
-    });
-    for object in [role, binding] {
-        cluster
-            .apply(&object)
-            .await
-            .unwrap_or_else(|error| panic!("granting the stand-in list: {error:#}"));
-    }
-}
-
-async fn remove_grant(cluster: &Cluster, name: &str) {
-    let delete = DeleteParams::default();
-    let bindings: Api<ClusterRoleBinding> = Api::all(cluster.admin.clone());
-    let roles: Api<ClusterRole> = Api::all(cluster.admin.clone());
-    let _ = bindings.delete(name, &delete).await;
-    let _ = roles.delete(name, &delete).await;
 }
 
 fn rounds() -> usize {
