@@ -310,8 +310,34 @@ impl Harness {
         Self::build(namespaces, policies, responder, LeaderGate::always(), dns)
     }
 
+    /// A harness whose namespace cache is `namespaces`, a store the test keeps writing to
+    /// (a namespace created while a reconcile runs).
+    pub fn over_namespace_store(
+        namespaces: Store<CachedNamespace>,
+        policies: Vec<NetworkPolicy>,
+        responder: Responder,
+    ) -> Self {
+        Self::over(
+            namespaces,
+            policies,
+            responder,
+            LeaderGate::always(),
+            healthy_dns(),
+        )
+    }
+
     fn build(
         namespaces: Vec<Namespace>,
+        policies: Vec<NetworkPolicy>,
+        responder: Responder,
+        gate: LeaderGate,
+        dns: DnsCaches,
+    ) -> Self {
+        Self::over(namespace_store(namespaces), policies, responder, gate, dns)
+    }
+
+    fn over(
+        namespaces: Store<CachedNamespace>,
         policies: Vec<NetworkPolicy>,
         responder: Responder,
         gate: LeaderGate,
@@ -323,12 +349,7 @@ impl Harness {
         let state = Arc::new(state);
         let (_, synced) = tokio::sync::watch::channel(true);
         let index = policy_index(&policies);
-        let mut caches = Caches::new(
-            namespace_store(namespaces),
-            policy_store(&policies),
-            Some(dns),
-            synced,
-        );
+        let mut caches = Caches::new(namespaces, policy_store(&policies), Some(dns), synced);
         caches.index = index;
         let settings = Settings {
             concurrency: 4,

@@ -26,9 +26,12 @@ use tracing::{debug, info, warn};
 
 use crate::base::error::{Error, ErrorClass, Result};
 use crate::base::metrics::ReconcileResult;
+use crate::reconcile::ahead::AheadOfThePass;
 use crate::reconcile::context::Context;
 use crate::reconcile::status::{self, DnsCheck, Failure, Report};
-use crate::reconcile::writes::{Counts, apply, count, patch_finalizers, patch_status, publish};
+use crate::reconcile::writes::{
+    Counts, apply, count, patch_finalizers, patch_status, publish, still_needed,
+};
 use crate::view::caches::{Caches, DnsCaches};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
@@ -119,7 +122,7 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
     // Before the cache is read: a write of this term not in it is in the cache
     // (unseen_writes.rs).
     let pending = ctx.caches.unseen.snapshot();
-    let (namespaces, policies) = scoped_state(&ctx.caches, &scope);
+    let (namespaces, policies) = ctx.caches.scoped(&scope);
     debug!(
         baseline = %name,
         namespaces = namespaces.len(),
@@ -159,38 +162,6 @@ async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Resu
                     true
                 });
             Err(Failed { error, news })
-        }
-    }
-}
-
-/// The cached namespaces and policies a reconcile of `scope` reads: all of them, or those of
-/// the scope's namespaces (found through the policy index, without a scan).
-fn scoped_state(
-    caches: &Caches,
-    scope: &Scope,
-) -> (Vec<Arc<CachedNamespace>>, Vec<Arc<CachedPolicy>>) {
-    match scope {
-        Scope::All => (caches.namespaces.state(), caches.policies.state()),
-        Scope::Namespaces(names) => {
-            let namespaces = names
-                .iter()
-                .filter_map(|name| caches.namespaces.get(&ObjectRef::new(name)))
-                .collect();
-            let policies = names
-                .iter()
-                .flat_map(|namespace| {
-                    caches
-                        .index
-                        .names_in(namespace)
-                        .into_iter()
-                        .filter_map(|name| {
-                            caches
-                                .policies
-                                .get(&ObjectRef::new(&name).within(namespace))
-                        })
-                })
-                .collect();
-            (namespaces, policies)
         }
     }
 }
@@ -301,34 +272,20 @@ async fn converge(
     }
     // Changes are computed namespace by namespace as the writes go out: a first install over
     // thousands of namespaces never holds every desired object at once. A policy someone
-    // deleted is re-created as the repair of that deletion.
-    // A policy this term is writing and the cache does not show yet is left to the reconcile
-    // its echo triggers (unseen_writes.rs).
-    let unseen = &ctx.caches.unseen;
-    let writes = planner.writes().map(|(namespace, changes)| {
-        let changes = changes
-            .into_iter()
-            .filter(|change| match change {
-                Change::Create(policy) | Change::Repair(policy, _) => !pending.contains(
-                    &namespace,
-                    policy.metadata.name.as_deref().unwrap_or_default(),
-                ),
-                Change::Delete { .. } => true,
-            })
-            .map(|change| match &change {
-                Change::Create(policy)
-                    if unseen.deleted_by_others(
-                        &namespace,
-                        policy.metadata.name.as_deref().unwrap_or_default(),
-                    ) =>
-                {
-                    change.recreating()
-                }
-                _ => change,
-            })
-            .collect();
-        (namespace, changes)
+    // deleted is re-created as the repair of that deletion; a policy this term is writing and
+    // the cache does not show yet is left to the reconcile its echo triggers
+    // (unseen_writes.rs). Every namespace is passed on, also one with nothing to write, so
+    // that `apply` can yield between them.
+    let planned = planner.namespaces().map(|namespace| {
+        let name = namespace.namespace.to_owned();
+        let changes = still_needed(ctx, pending, &name, namespace.changes);
+        (name, changes)
     });
+    // A full pass puts a namespace that starts matching meanwhile ahead of its own writes.
+    let writes: Box<dyn Iterator<Item = (String, Vec<Change>)> + Send + '_> = match scope {
+        Scope::All => Box::new(AheadOfThePass::new(ctx, baseline, &planner, planned)),
+        Scope::Namespaces(_) => Box::new(planned),
+    };
     let (counts, error) = apply(ctx, writes).await;
     report.drift_repairs = count(counts.repaired.len());
     report.objects_applied = counts.writes();

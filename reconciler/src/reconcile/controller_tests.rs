@@ -184,6 +184,68 @@ async fn installs_the_wall_with_two_applies_per_matching_namespace_then_reports(
     assert_eq!(event_reasons(&requests), ["WallInstalled"]);
 }
 
+/// A namespace that starts matching while a full pass is writing gets its wall next, not
+/// after the rest of the pass (ahead.rs): here it is created when the pass's first apply
+/// reaches the API server, and the pass then has 78 applies left.
+#[tokio::test]
+async fn a_namespace_created_during_a_full_pass_gets_its_wall_ahead_of_the_rest() {
+    let guarded: Vec<String> = (0..40).map(|i| format!("team-{i:02}")).collect();
+    let (store, mut writer) = kube::runtime::reflector::store::<CachedNamespace>();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Init);
+    for name in &guarded {
+        let cached =
+            CachedNamespace::from(&namespace_meta(namespace(name, &[("baseline", "guarded")])));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::InitApply(cached));
+    }
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+    // What the namespace watch does when "late" is created: the cache, then the mark.
+    let watch = Arc::new(std::sync::Mutex::new(
+        None::<(_, crate::view::scope::Dirty)>,
+    ));
+    let responder = {
+        let watch = watch.clone();
+        Box::new(move |request: &Recorded| {
+            if request.method == "PATCH"
+                && request.path.contains("/networkpolicies/")
+                && let Some((mut writer, dirty)) = watch.lock().unwrap().take()
+            {
+                let late = namespace("late", &[("baseline", "guarded")]);
+                let cached = CachedNamespace::from(&namespace_meta(late));
+                kube::runtime::reflector::store::Writer::apply_watcher_event(
+                    &mut writer,
+                    &kube::runtime::watcher::Event::Apply(cached),
+                );
+                dirty.namespace("guarded", "late");
+            }
+            healthy(request)
+        })
+    };
+    let harness = Harness::over_namespace_store(store, vec![], responder);
+    *watch.lock().unwrap() = Some((writer, harness.ctx.caches.dirty.clone()));
+
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+
+    let requests = harness.requests().await;
+    let applied: Vec<&str> = policy_requests(&requests)
+        .iter()
+        .map(|r| r.path.split('/').nth(5).unwrap())
+        .collect();
+    assert_eq!(applied.len(), 2 * 41, "every wall once: {applied:?}");
+    let late: Vec<usize> = applied
+        .iter()
+        .enumerate()
+        .filter(|(_, namespace)| **namespace == "late")
+        .map(|(index, _)| index)
+        .collect();
+    // The concurrency (4) was in flight when it was marked; its two applies are next.
+    assert_eq!(late.len(), 2, "{applied:?}");
+    assert!(
+        late[1] < 4 + 2 + 2,
+        "late's wall at {late:?} of {}: {applied:?}",
+        applied.len()
+    );
+}
+
 #[tokio::test]
 async fn a_converged_cluster_costs_no_request_at_all() {
     let harness = Harness::new(

@@ -3,6 +3,7 @@
 //! [`context::Context`]; every write goes through the leader gate ([`context`]); the status
 //! and Events report the outcome. Beside it, the guard of the reconciler's own API door.
 
+pub mod ahead;
 pub mod api_door_guard;
 pub mod context;
 pub mod controller;

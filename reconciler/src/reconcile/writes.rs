@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 
 use crate::base::error::{Error, ErrorClass, Result};
 use crate::reconcile::context::Context;
+use crate::view::unseen_writes::PendingWrites;
 
 /// Event notes are limited to 1 kB by the API server.
 const MAX_EVENT_NOTE: usize = 1024;
@@ -53,6 +54,40 @@ pub(crate) fn count(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
 }
 
+/// How many namespaces a pass plans between two yields to the runtime.
+const YIELD_EVERY: usize = 256;
+
+/// The planned `changes` of `namespace` that are still to be written: a policy this term is
+/// writing and the cache does not show yet (in `pending`, read before the cache) is left to
+/// the reconcile its echo triggers; a policy someone else deleted is re-created as the repair
+/// of that deletion (unseen_writes.rs).
+pub(crate) fn still_needed(
+    ctx: &Context,
+    pending: &PendingWrites,
+    namespace: &str,
+    changes: Vec<Change>,
+) -> Vec<Change> {
+    fn name_of(policy: &NetworkPolicy) -> &str {
+        policy.metadata.name.as_deref().unwrap_or_default()
+    }
+    let unseen = &ctx.caches.unseen;
+    changes
+        .into_iter()
+        .filter(|change| match change {
+            Change::Create(policy) | Change::Repair(policy, _) => {
+                !pending.contains(namespace, name_of(policy))
+            }
+            Change::Delete { .. } => true,
+        })
+        .map(|change| match &change {
+            Change::Create(policy) if unseen.deleted_by_others(namespace, name_of(policy)) => {
+                change.recreating()
+            }
+            _ => change,
+        })
+        .collect()
+}
+
 /// Applies the writes, at most `concurrency` requests in flight (the changes of a namespace
 /// are independent: different objects), pulling `writes` as slots free up so that a first
 /// install over thousands of namespaces never holds every desired object at once. Every
@@ -64,7 +99,18 @@ pub(crate) async fn apply(
 ) -> (Counts, Option<Error>) {
     // Each change is counted and dropped as its write answers: collecting them until the
     // end would hold every desired object of a first install (10,000 at 5,000 namespaces).
-    let (total, mut errors) = stream::iter(writes.flat_map(|(_, changes)| changes))
+    // A pass over thousands of namespaces with little to write would plan them all in one
+    // poll: it yields every few namespaces, so that the watches (and the triggers they mark)
+    // are read meanwhile and a namespace marked meanwhile can go ahead (ahead.rs).
+    let changes = stream::iter(writes.enumerate())
+        .then(|(index, (_, changes))| async move {
+            if index % YIELD_EVERY == YIELD_EVERY - 1 {
+                tokio::task::yield_now().await;
+            }
+            stream::iter(changes)
+        })
+        .flatten();
+    let (total, mut errors) = changes
         .map(|change| async move {
             let result = apply_change(ctx, &change).await;
             (change, result)

@@ -17,7 +17,7 @@ use tracing::info;
 use crate::base::error::{Error, Result};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
-use crate::view::scope::{Dirty, MatchedNamespaces, PolicyIndex};
+use crate::view::scope::{Dirty, MatchedNamespaces, PolicyIndex, Scope};
 use crate::view::unseen_writes::UnseenWrites;
 
 /// The watch caches a reconcile reads the cluster from: no LIST or GET on the hot path.
@@ -64,6 +64,32 @@ impl Caches {
     /// A cached namespace.
     pub fn namespace(&self, name: &str) -> Option<Arc<CachedNamespace>> {
         self.namespaces.get(&ObjectRef::new(name))
+    }
+
+    /// The cached namespaces and policies a reconcile of `scope` reads: all of them, or those
+    /// of the scope's namespaces (found through the policy index, without a scan).
+    pub fn scoped(&self, scope: &Scope) -> (Vec<Arc<CachedNamespace>>, Vec<Arc<CachedPolicy>>) {
+        match scope {
+            Scope::All => (self.namespaces.state(), self.policies.state()),
+            Scope::Namespaces(names) => {
+                let namespaces = names
+                    .iter()
+                    .filter_map(|name| self.namespace(name))
+                    .collect();
+                let policies = names
+                    .iter()
+                    .flat_map(|namespace| {
+                        self.index
+                            .names_in(namespace)
+                            .into_iter()
+                            .filter_map(|name| {
+                                self.policies.get(&ObjectRef::new(&name).within(namespace))
+                            })
+                    })
+                    .collect();
+                (namespaces, policies)
+            }
+        }
     }
 
     /// Waits for the first list of every watch: acting on an empty cache would read as "no

@@ -4,6 +4,7 @@
 //! failed reconcile or an `Audit` baseline get the full pass over every namespace.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -22,6 +23,9 @@ pub enum Scope {
 #[derive(Clone, Default)]
 pub struct Dirty {
     inner: Arc<Mutex<DirtyState>>,
+    /// Counts every namespace marked, so that a reconcile in flight sees at the cost of one
+    /// atomic read that nothing was marked since it last looked ([`Dirty::marked_since`]).
+    marks: Arc<AtomicU64>,
 }
 
 #[derive(Default)]
@@ -59,6 +63,33 @@ impl Dirty {
             .or_default()
             .namespaces
             .insert(namespace.to_owned());
+        self.marks.fetch_add(1, AtomicOrdering::Release);
+    }
+
+    /// The namespaces marked for `baseline`'s next reconcile, when anything was marked since
+    /// `seen` (which it then updates); `None` otherwise. They stay marked: a full pass in
+    /// flight reads them to put a new namespace's wall ahead of its own writes
+    /// (`reconcile/ahead.rs`), and the next reconcile still looks at them.
+    pub fn marked_since(&self, baseline: &str, seen: &mut u64) -> Option<BTreeSet<String>> {
+        let marks = self.marks.load(AtomicOrdering::Acquire);
+        if marks == *seen {
+            return None;
+        }
+        *seen = marks;
+        let state = self.state();
+        Some(
+            state
+                .pending
+                .get(baseline)
+                .map(|pending| pending.namespaces.clone())
+                .unwrap_or_default(),
+        )
+    }
+
+    /// The current count of marks, for [`Dirty::marked_since`] (read when a pass starts: what
+    /// was marked before it is in the pass's own view).
+    pub fn marks(&self) -> u64 {
+        self.marks.load(AtomicOrdering::Acquire)
     }
 
     /// What a reconcile of `baseline` starting now looks at: the namespaces marked, or every
@@ -224,6 +255,48 @@ mod tests {
 
     fn policy(namespace: &str, name: &str) -> NetworkPolicy {
         serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace}})).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_in_flight_reads_what_was_marked_since_it_last_looked() {
+        let dirty = Dirty::default();
+        let mut seen = dirty.marks();
+        assert_eq!(
+            dirty.marked_since("guarded", &mut seen),
+            None,
+            "nothing marked"
+        );
+        dirty.namespace("other", "team-c");
+        assert_eq!(
+            dirty.marked_since("guarded", &mut seen),
+            Some(BTreeSet::new()),
+            "marked for another baseline"
+        );
+        dirty.namespace("guarded", "team-a");
+        assert_eq!(
+            dirty.marked_since("guarded", &mut seen),
+            Some(BTreeSet::from(["team-a".to_owned()]))
+        );
+        assert_eq!(
+            dirty.marked_since("guarded", &mut seen),
+            None,
+            "seen already"
+        );
+        assert_eq!(
+            dirty.take("guarded", Duration::from_secs(300)),
+            Scope::All,
+            "the first pass is full"
+        );
+        dirty.namespace("guarded", "team-b");
+        assert_eq!(
+            dirty.marked_since("guarded", &mut seen),
+            Some(BTreeSet::from(["team-b".to_owned()])),
+            "still marked for the next reconcile, which takes them"
+        );
+        assert_eq!(
+            dirty.take("guarded", Duration::from_secs(300)),
+            Scope::Namespaces(BTreeSet::from(["team-b".to_owned()]))
+        );
     }
 
     #[tokio::test(start_paused = true)]
