@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds, at the lowest CPU priority and in the order the test steps need them, the tools that
-# `make test` builds only once per version (the Go binaries and the cargo-installed tools), so
+# `make test` builds only once per version (the Go binaries and the cargo-installed tools), then
+# the check builds of the last steps (clippy, the MSRV check, the fuzz targets), so
 # that on a fresh machine they compile in the time the Rust builds and the tests leave a core
 # idle instead of one after the other on the critical path. `make test` starts it in the
 # background (its own process group) and stops it when it ends.
@@ -41,4 +42,11 @@ step "kube-apiserver and etcd" "$ROOT/e2e-tests/control-plane/build.sh"
 step "the node's binaries and images" "$ROOT/e2e-tests/node/build.sh"
 step helm "$ROOT/charts/install-helm.sh"
 step cargo-hakari "$MAKE" -C "$ROOT" --no-print-directory cargo-hakari
+# Then the checks that come last and build in their own target directories (never holding
+# the lock of the tests' builds): clippy (the `lint` step, last of make test), the MSRV check
+# and the fuzz targets (.ci/run, after make test). Each step runs the same command again and
+# finds it built; a failure here is reported there.
+step "clippy (target/lint)" "$MAKE" -C "$ROOT" --no-print-directory lint
+step "MSRV check (target/msrv)" "$MAKE" -C "$ROOT" --no-print-directory msrv
+step "fuzz targets" "$MAKE" -C "$ROOT" --no-print-directory fuzz-build
 echo "prebuild: done"

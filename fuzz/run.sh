@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for SECONDS each (default 60), seeding the corpora from the e2e
-# fixtures. Needs the nightly toolchain and cargo-fuzz (.ci/run installs both).
+# fixtures; `--build-only` only builds them. Needs the nightly toolchain and cargo-fuzz
+# (`make fuzz` and `make fuzz-build` install both and set FUZZ_TOOLCHAIN).
 # Prints one line per target with its executions; fails on any crash.
 set -euo pipefail
 cd "$(dirname "$0")"
+toolchain=${FUZZ_TOOLCHAIN:?FUZZ_TOOLCHAIN is not set: run make fuzz}
+if [ "${1:-}" = --build-only ]; then
+  exec cargo +"$toolchain" fuzz build -O
+fi
 seconds=${1:-60}
-# Pinned so a new nightly cannot break the build from one day to the next.
-toolchain=${FUZZ_TOOLCHAIN:-nightly-2026-10-29}
 targets=(validate_bytes validate_mutated_fixtures settings)
 
 seed() {
