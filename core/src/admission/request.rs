@@ -4,8 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -78,46 +76,31 @@ impl<'de> Deserialize<'de> for MetadataView {
     }
 }
 
-impl ObjectView {
-    /// The object as a NetworkPolicy: its name, namespace and labels, and the spec read as a
-    /// NetworkPolicy's. `None` when the spec is not one (the holes check then has nothing it
-    /// can name, and the request is allowed like any other it cannot read); no spec at all
-    /// is a policy without one.
-    pub fn network_policy(&self) -> Option<NetworkPolicy> {
-        let spec = match &self.spec {
-            Value::Null => None,
-            // Through its text: the policy reads JSON text everywhere else, and the
-            // `Deserializer` for `Value` would add a second JSON reader to the wasm module.
-            spec => Some(
-                serde_json::to_string(spec)
-                    .ok()
-                    .and_then(|text| serde_json::from_str::<NetworkPolicySpec>(&text).ok())?,
-            ),
-        };
-        let text = |value: &str| (!value.is_empty()).then(|| value.to_owned());
-        Some(NetworkPolicy {
-            metadata: ObjectMeta {
-                name: text(&self.metadata.name),
-                namespace: text(&self.metadata.namespace),
-                labels: Some(self.metadata.labels.clone()),
-                ..ObjectMeta::default()
-            },
-            spec,
-        })
-    }
-}
-
 impl AdmissionRequest {
     pub fn is_network_policy(&self) -> bool {
-        self.kind.group == "networking.k8s.io" && self.kind.kind == "NetworkPolicy"
+        is_network_policy(&self.kind.group, &self.kind.kind)
     }
 
     pub fn is_namespace(&self) -> bool {
-        self.kind.group.is_empty() && self.kind.kind == "Namespace"
+        is_namespace(&self.kind.group, &self.kind.kind)
     }
 
     /// A Pod itself, not one of its subresources (`pods/binding`, `pods/eviction`, ...).
     pub fn is_pod(&self) -> bool {
-        self.kind.group.is_empty() && self.kind.kind == "Pod" && self.sub_resource.is_empty()
+        is_pod(&self.kind.group, &self.kind.kind, &self.sub_resource)
     }
+}
+
+/// What a request is about, from its kind: one definition for this request and its borrowed
+/// view ([`super::view`]).
+pub(crate) fn is_network_policy(group: &str, kind: &str) -> bool {
+    group == "networking.k8s.io" && kind == "NetworkPolicy"
+}
+
+pub(crate) fn is_namespace(group: &str, kind: &str) -> bool {
+    group.is_empty() && kind == "Namespace"
+}
+
+pub(crate) fn is_pod(group: &str, kind: &str, sub_resource: &str) -> bool {
+    group.is_empty() && kind == "Pod" && sub_resource.is_empty()
 }

@@ -122,16 +122,16 @@ impl<'a> RequestRef<'a> {
     }
 
     pub fn is_network_policy(&self) -> bool {
-        *self.kind.group == *"networking.k8s.io" && *self.kind.kind == *"NetworkPolicy"
+        super::request::is_network_policy(&self.kind.group, &self.kind.kind)
     }
 
     pub fn is_namespace(&self) -> bool {
-        self.kind.group.is_empty() && *self.kind.kind == *"Namespace"
+        super::request::is_namespace(&self.kind.group, &self.kind.kind)
     }
 
     /// A Pod itself, not one of its subresources (`pods/binding`, `pods/eviction`, ...).
     pub fn is_pod(&self) -> bool {
-        self.kind.group.is_empty() && *self.kind.kind == *"Pod" && self.sub_resource.is_empty()
+        super::request::is_pod(&self.kind.group, &self.kind.kind, &self.sub_resource)
     }
 }
 
