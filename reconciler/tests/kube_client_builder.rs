@@ -5,40 +5,47 @@
 //! the difference when a kube update changed it. The workspace pins kube to `~4.2` so that
 //! such an update is a deliberate edit of Cargo.toml, and this test says what to re-read.
 
-use std::path::PathBuf;
-use std::process::Command;
-
-use serde_json::Value;
+use std::path::{Path, PathBuf};
 
 const FOLLOWED: &str = include_str!("kube-client-builder.rs.txt");
 const START: &str = "impl TryFrom<Config> for ClientBuilder<GenericService>";
 const LAST_FN: &str = "fn make_generic_builder";
 
-/// Where cargo took kube-client's sources from for this workspace (`cargo metadata`).
+/// Where cargo took kube-client's sources from for this workspace: the version Cargo.lock
+/// pins, as cargo unpacked it to compile it (`$CARGO_HOME/registry/src/<index>/kube-client-<version>`).
+/// Not `cargo metadata`: offline, it needs every package of the resolve downloaded, those of
+/// other platforms and unused features too, which a fresh machine's build never fetches.
 fn kube_client_dir() -> (String, PathBuf) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let output = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("running cargo metadata");
-    assert!(
-        output.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+    let lock_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.lock");
+    let lock = std::fs::read_to_string(&lock_path)
+        .unwrap_or_else(|error| panic!("reading {}: {error}", lock_path.display()));
+    let version = lock
+        .split("[[package]]")
+        .find(|package| package.lines().any(|line| line == "name = \"kube-client\""))
+        .and_then(|package| {
+            package
+                .lines()
+                .find_map(|line| line.strip_prefix("version = \""))
+                .and_then(|version| version.strip_suffix('"'))
+        })
+        .expect("kube-client is a dependency of the workspace, pinned in Cargo.lock")
+        .to_owned();
+    let cargo_home = std::env::var_os("CARGO_HOME").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cargo"),
+        PathBuf::from,
     );
-    let metadata: Value = serde_json::from_slice(&output.stdout).expect("cargo metadata's JSON");
-    let package = metadata["packages"]
-        .as_array()
-        .expect("packages")
-        .iter()
-        .find(|package| package["name"] == "kube-client")
-        .expect("kube-client is a dependency of the workspace");
-    let manifest = PathBuf::from(package["manifest_path"].as_str().expect("manifest_path"));
-    (
-        package["version"].as_str().expect("version").to_owned(),
-        manifest.parent().expect("the crate's directory").to_owned(),
-    )
+    let sources = cargo_home.join("registry/src");
+    let unpacked = std::fs::read_dir(&sources)
+        .unwrap_or_else(|error| panic!("reading {}: {error}", sources.display()))
+        .filter_map(|index| Some(index.ok()?.path().join(format!("kube-client-{version}"))))
+        .find(|dir| dir.is_dir())
+        .unwrap_or_else(|| {
+            panic!(
+                "kube-client {version} is not unpacked under {}: cargo unpacks it when it builds the reconciler",
+                sources.display()
+            )
+        });
+    (version, unpacked)
 }
 
 /// The builder's text: from `impl TryFrom<Config>` to the end of `make_generic_builder`.
