@@ -12,6 +12,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::client::Body;
 use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
@@ -122,24 +123,41 @@ pub fn store<K>(objects: Vec<K>) -> Store<K>
 where
     K: Lookup<DynamicType = ()> + Clone + 'static,
 {
+    // The reader must outlive the writer being dropped.
+    store_and_writer(objects).0
+}
+
+/// A cache a watch that listed `objects` filled, and its writer, for the events after.
+fn store_and_writer<K>(objects: Vec<K>) -> (Store<K>, Writer<K>)
+where
+    K: Lookup<DynamicType = ()> + Clone + 'static,
+{
     let (reader, mut writer) = reflector::store::<K>();
     writer.apply_watcher_event(&watcher::Event::Init);
     for object in objects {
         writer.apply_watcher_event(&watcher::Event::InitApply(object));
     }
     writer.apply_watcher_event(&watcher::Event::InitDone);
-    // The reader must outlive the writer being dropped.
-    reader
+    (reader, writer)
+}
+
+fn cached_namespaces(namespaces: Vec<Namespace>) -> Vec<CachedNamespace> {
+    namespaces
+        .into_iter()
+        .map(|namespace| CachedNamespace::from(&namespace_meta(namespace)))
+        .collect()
 }
 
 /// The namespace cache a watch that listed `namespaces` fills.
 fn namespace_store(namespaces: Vec<Namespace>) -> Store<CachedNamespace> {
-    store(
-        namespaces
-            .into_iter()
-            .map(|namespace| CachedNamespace::from(&namespace_meta(namespace)))
-            .collect(),
-    )
+    store(cached_namespaces(namespaces))
+}
+
+/// The same, and its writer: a test that creates a namespace while a reconcile runs.
+pub fn namespace_store_and_writer(
+    namespaces: Vec<Namespace>,
+) -> (Store<CachedNamespace>, Writer<CachedNamespace>) {
+    store_and_writer(cached_namespaces(namespaces))
 }
 
 /// The policy cache a watch that listed `policies` fills.

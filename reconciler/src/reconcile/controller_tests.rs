@@ -16,11 +16,13 @@ use serde_json::{Value, json};
 use super::*;
 use crate::base::error::ErrorClass;
 use crate::fixtures::{
-    Harness, RESYNC, Recorded, baseline, failure, healthy, namespace, stored_wall,
+    Harness, RESYNC, Recorded, baseline, failure, healthy, namespace, namespace_store_and_writer,
+    stored_wall,
 };
 use crate::reconcile::status::{self, Report};
 use crate::view::namespace_cache::namespace_meta;
 use crate::view::policy_cache::slim_policy;
+use kube::runtime::reflector::store::Writer;
 use namespace_baseline_core::plan::plan;
 use namespace_baseline_leader::{LeaderGate, testing};
 
@@ -189,18 +191,13 @@ async fn installs_the_wall_with_two_applies_per_matching_namespace_then_reports(
 /// reaches the API server, and the pass then has 78 applies left.
 #[tokio::test]
 async fn a_namespace_created_during_a_full_pass_gets_its_wall_ahead_of_the_rest() {
-    let guarded: Vec<String> = (0..40).map(|i| format!("team-{i:02}")).collect();
-    let (store, mut writer) = kube::runtime::reflector::store::<CachedNamespace>();
-    writer.apply_watcher_event(&kube::runtime::watcher::Event::Init);
-    for name in &guarded {
-        let cached =
-            CachedNamespace::from(&namespace_meta(namespace(name, &[("baseline", "guarded")])));
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::InitApply(cached));
-    }
-    writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+    let guarded = (0..40)
+        .map(|i| namespace(&format!("team-{i:02}"), &[("baseline", "guarded")]))
+        .collect();
+    let (store, writer) = namespace_store_and_writer(guarded);
     // What the namespace watch does when "late" is created: the cache, then the mark.
     let watch = Arc::new(std::sync::Mutex::new(
-        None::<(_, crate::view::scope::Dirty)>,
+        None::<(Writer<CachedNamespace>, crate::view::scope::Dirty)>,
     ));
     let responder = {
         let watch = watch.clone();
@@ -211,10 +208,7 @@ async fn a_namespace_created_during_a_full_pass_gets_its_wall_ahead_of_the_rest(
             {
                 let late = namespace("late", &[("baseline", "guarded")]);
                 let cached = CachedNamespace::from(&namespace_meta(late));
-                kube::runtime::reflector::store::Writer::apply_watcher_event(
-                    &mut writer,
-                    &kube::runtime::watcher::Event::Apply(cached),
-                );
+                writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(cached));
                 dirty.namespace("guarded", "late");
             }
             healthy(request)

@@ -86,12 +86,6 @@ impl Dirty {
         )
     }
 
-    /// The current count of marks, for [`Dirty::marked_since`] (read when a pass starts: what
-    /// was marked before it is in the pass's own view).
-    pub fn marks(&self) -> u64 {
-        self.marks.load(AtomicOrdering::Acquire)
-    }
-
     /// What a reconcile of `baseline` starting now looks at: the namespaces marked, or every
     /// namespace when so marked, when nothing is marked (a resync), or when the last full
     /// pass is older than `resync`.
@@ -260,7 +254,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_pass_in_flight_reads_what_was_marked_since_it_last_looked() {
         let dirty = Dirty::default();
-        let mut seen = dirty.marks();
+        let mut seen = 0;
         assert_eq!(
             dirty.marked_since("guarded", &mut seen),
             None,
