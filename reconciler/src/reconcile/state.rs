@@ -128,10 +128,10 @@ impl State {
         }
     }
 
-    /// Ready: the leadership state is known and, when leading, the caches are synced. A
-    /// standby that knows it is one is ready.
+    /// Ready: the leadership state is known and the caches are synced. A standby keeps its
+    /// caches warm (`watches.rs`), so a ready standby can take over without listing first.
     pub fn is_ready(&self) -> bool {
-        self.leader.is_known() && (!self.leader.is_leading() || self.health.caches_synced())
+        self.leader.is_known() && self.health.caches_synced()
     }
 }
 
@@ -196,11 +196,20 @@ mod tests {
     }
 
     #[test]
-    fn readiness_needs_known_leadership_and_synced_caches_when_leading() {
+    fn readiness_needs_known_leadership_and_synced_caches() {
         let standby = State::new(Arc::new(LeaderGate::elected(Timing::DEFAULT)));
+        standby.health.set_caches_synced(true);
         assert!(!standby.is_ready(), "leadership unknown");
         namespace_baseline_leader::testing::stand_by(&standby.leader);
-        assert!(standby.is_ready(), "a known standby is ready");
+        assert!(
+            standby.is_ready(),
+            "a known standby with warm caches is ready"
+        );
+        standby.health.set_caches_synced(false);
+        assert!(
+            !standby.is_ready(),
+            "a standby without warm caches could not act at once"
+        );
 
         let single = State::new(Arc::new(LeaderGate::always()));
         assert!(!single.is_ready(), "leading without caches");

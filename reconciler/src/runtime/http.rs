@@ -117,6 +117,14 @@ mod tests {
         namespace_baseline_leader::testing::stand_by(&state.leader);
         assert_eq!(
             get(&state, "/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "caches not synced yet\n".into()
+            )
+        );
+        state.health.set_caches_synced(true);
+        assert_eq!(
+            get(&state, "/readyz").await,
             (StatusCode::OK, "ready (standby)\n".into())
         );
 

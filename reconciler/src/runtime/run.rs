@@ -1,11 +1,11 @@
-//! The process: HTTP server, leader election, and the controller run only while leading.
+//! The process: HTTP server, leader election, the watches (from start to end, so a standby's
+//! caches are warm), and the controller run only while leading.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ::http::HeaderValue;
 use ::http::header::USER_AGENT;
-use kube::Client;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
@@ -13,6 +13,7 @@ use tracing::{error, info, warn};
 use crate::base::error::{Error, Result};
 use crate::reconcile::context::Settings;
 use crate::reconcile::state::State;
+use crate::reconcile::watches::Watches;
 use crate::runtime::api_client;
 use crate::runtime::cli::RunOptions;
 use crate::runtime::http;
@@ -105,7 +106,10 @@ pub async fn run(options: RunOptions) -> Result<()> {
             .map(|name| (options.lease_namespace.clone(), name)),
         reports: options.openreports,
     };
-    let result = lead_while_elected(client, settings, &state, &identity, timing, shutdown).await;
+    // Started before the first term: a standby keeps its caches warm for a take-over.
+    let watches = Watches::start(client, settings, state.clone());
+    let result = lead_while_elected(&watches, &state, &identity, timing, shutdown).await;
+    drop(watches);
     let finished = finish(server, election).await;
     result.and(finished)
 }
@@ -113,8 +117,7 @@ pub async fn run(options: RunOptions) -> Result<()> {
 /// Runs the controller during each term of this replica as the Lease holder, until shutdown.
 /// The gate decides every write within a term; the term ends when the Lease is lost.
 async fn lead_while_elected(
-    client: Client,
-    settings: Settings,
+    watches: &Watches,
     state: &Arc<State>,
     identity: &str,
     timing: Timing,
@@ -138,15 +141,9 @@ async fn lead_while_elected(
         info!(%identity, "leading: starting the controller");
         state.metrics.set_leader(true);
         let (stop, stopped) = oneshot::channel::<()>();
-        let term = crate::reconcile::watches::run(
-            client.clone(),
-            settings.clone(),
-            state.clone(),
-            identity.to_owned(),
-            async move {
-                let _ = stopped.await;
-            },
-        );
+        let term = watches.lead(identity.to_owned(), async move {
+            let _ = stopped.await;
+        });
         tokio::pin!(term);
         let end = loop {
             tokio::select! {
@@ -196,7 +193,6 @@ async fn lead_while_elected(
             }
         }
         state.metrics.set_leader(false);
-        state.health.set_caches_synced(false);
     }
 }
 

@@ -26,13 +26,15 @@
 //! about the reconciler (docs/benchmarks-history.md, "Small N with more repetitions").
 //!
 //! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50]
-//! [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32]
+//! [--startups 3] [--takeovers 1] [--restart-only] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32]
 //! [--out FILE] [-- reconciler args...]`. Needs TEST_KUBECONFIG and NSB_RECONCILER_BIN; NSB_AUDIT_LOG for
 //! request counts; NSB_APISERVER_PID / NSB_ETCD_PID (the control plane's env) for CPU time.
 //! `e2e-tests/cluster-bench.sh` builds, starts a fresh control plane per size and runs it.
 
 #[path = "cluster_bench/floor.rs"]
 mod floor;
+#[path = "cluster_bench/list_floor.rs"]
+mod list_floor;
 #[path = "cluster_bench/observe.rs"]
 mod observe;
 #[path = "cluster_bench/process.rs"]
@@ -59,7 +61,7 @@ use namespace_baseline_core::spec::NamespaceBaseline;
 use namespace_baseline_testkit::namespaces;
 use serde_json::json;
 
-const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50] [--startups 3] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
+const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50] [--startups 3] [--takeovers 1] [--restart-only] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
 
 use observe::{BaselineWatch, Key, PolicyWatch, is_ready};
 use process::{CpuMeter, Memory, Reconciler, mib};
@@ -78,6 +80,11 @@ struct Options {
     reps: Option<usize>,
     samples: usize,
     startups: usize,
+    /// Leader kills with a warm standby beside it.
+    takeovers: usize,
+    /// Only convergence, restarts and take-overs: no steady state, repair, new namespaces or
+    /// apply floor (a restart table at 20,000 namespaces in minutes).
+    restart_only: bool,
     resync_secs: u64,
     /// The resync interval during the drift-repair phase.
     repair_resync_secs: u64,
@@ -95,6 +102,8 @@ impl Options {
             reps: None,
             samples: 50,
             startups: 3,
+            takeovers: 1,
+            restart_only: false,
             resync_secs: 5,
             repair_resync_secs: 300,
             rest_secs: 0,
@@ -121,6 +130,8 @@ impl Options {
                 "--reps" => options.reps = Some(value()?.parse()?),
                 "--samples" => options.samples = value()?.parse()?,
                 "--startups" => options.startups = value()?.parse()?,
+                "--takeovers" => options.takeovers = value()?.parse()?,
+                "--restart-only" => options.restart_only = true,
                 "--resync" => options.resync_secs = value()?.parse()?,
                 "--repair-resync" => options.repair_resync_secs = value()?.parse()?,
                 "--rest" => options.rest_secs = value()?.parse()?,
@@ -141,8 +152,12 @@ impl Options {
             None if large => options.sizes.push(LARGE_SIZE),
             None => {}
         }
-        if options.reps == Some(0) || options.samples == 0 || options.sizes.contains(&0) {
-            bail!("--reps, --samples and sizes must be positive");
+        if options.reps == Some(0)
+            || options.samples == 0
+            || options.startups == 0
+            || options.sizes.contains(&0)
+        {
+            bail!("--reps, --samples, --startups and sizes must be positive");
         }
         Ok(options)
     }
@@ -406,122 +421,124 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         memory,
     ));
 
-    // 2. Steady state.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let mark = cluster.audit.mark();
-    let before = reconciler.successful_reconciles()?;
-    let window = Duration::from_secs(2 * options.resync_secs + 1);
-    tokio::time::sleep(window).await;
-    let resyncs = reconciler.successful_reconciles()? - before;
-    let requests = requests_since(cluster, mark);
-    let per_resync = |count: usize| {
-        // Counts stay far below 2^52.
-        #[allow(clippy::cast_precision_loss)]
-        let count = count as f64;
-        count / resyncs.max(1.0)
-    };
-    let steady_ok = resyncs >= 1.0
-        && requests
-            .as_ref()
-            .is_none_or(|r| r.writes() == 0 && r.lists == 0);
-    rows.push(Row {
-        what: format!(
-            "steady state: requests per resync (resync {} s, window {} s)",
-            options.resync_secs,
-            window.as_secs()
-        ),
-        size: n,
-        median: requests.as_ref().map_or_else(
-            || "n/a".to_owned(),
-            |r| {
-                format!(
-                    "{:.1} req, {:.1} writes",
-                    per_resync(r.total - r.lease),
-                    per_resync(r.writes())
-                )
-            },
-        ),
-        spread: format!("{resyncs} resyncs"),
-        target: "0 writes, no LIST".to_owned(),
-        verdict: Verdict::of(steady_ok),
-        detail: format!(
-            "{}; {}",
-            describe(&requests),
-            reconciler.memory()?.describe()
-        ),
-    });
-
-    // Memory once the caches have lived a while: what a quiet cluster's reconciler holds.
-    if options.rest_secs > 0 {
-        tokio::time::sleep(Duration::from_secs(options.rest_secs)).await;
-        rows.push(memory_row(
-            &format!(
-                "memory: reconciler RSS after {} s at rest",
-                options.rest_secs
+    // 2. and 3.: not with --restart-only.
+    if !options.restart_only {
+        // 2. Steady state.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mark = cluster.audit.mark();
+        let before = reconciler.successful_reconciles()?;
+        let window = Duration::from_secs(2 * options.resync_secs + 1);
+        tokio::time::sleep(window).await;
+        let resyncs = reconciler.successful_reconciles()? - before;
+        let requests = requests_since(cluster, mark);
+        let per_resync = |count: usize| {
+            // Counts stay far below 2^52.
+            #[allow(clippy::cast_precision_loss)]
+            let count = count as f64;
+            count / resyncs.max(1.0)
+        };
+        let steady_ok = resyncs >= 1.0
+            && requests
+                .as_ref()
+                .is_none_or(|r| r.writes() == 0 && r.lists == 0);
+        rows.push(Row {
+            what: format!(
+                "steady state: requests per resync (resync {} s, window {} s)",
+                options.resync_secs,
+                window.as_secs()
             ),
-            n,
-            reconciler.memory()?,
-        ));
-    }
+            size: n,
+            median: requests.as_ref().map_or_else(
+                || "n/a".to_owned(),
+                |r| {
+                    format!(
+                        "{:.1} req, {:.1} writes",
+                        per_resync(r.total - r.lease),
+                        per_resync(r.writes())
+                    )
+                },
+            ),
+            spread: format!("{resyncs} resyncs"),
+            target: "0 writes, no LIST".to_owned(),
+            verdict: Verdict::of(steady_ok),
+            detail: format!(
+                "{}; {}",
+                describe(&requests),
+                reconciler.memory()?.describe()
+            ),
+        });
 
-    // 3. Drift repair, at the repair phase's resync interval.
-    if options.repair_resync_secs != options.resync_secs {
-        reconciler.stop().await?;
-        reconciler = Reconciler::spawn(
-            cluster,
-            &format!("bench{n}-r"),
-            &reconciler_args(options.repair_resync_secs),
+        // Memory once the caches have lived a while: what a quiet cluster's reconciler holds.
+        if options.rest_secs > 0 {
+            tokio::time::sleep(Duration::from_secs(options.rest_secs)).await;
+            rows.push(memory_row(
+                &format!(
+                    "memory: reconciler RSS after {} s at rest",
+                    options.rest_secs
+                ),
+                n,
+                reconciler.memory()?,
+            ));
+        }
+
+        // 3. Drift repair, at the repair phase's resync interval.
+        if options.repair_resync_secs != options.resync_secs {
+            reconciler.stop().await?;
+            reconciler = Reconciler::spawn(
+                cluster,
+                &format!("bench{n}-r"),
+                &reconciler_args(options.repair_resync_secs),
+            )
+            .await?;
+            reconciler
+                .wait_started(true, Duration::from_secs(60))
+                .await?;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let mark = cluster.audit.mark();
+        let cpu = CpuMeter::start(reconciler.pid());
+        let before = reconciler.reconcile_time()?;
+        let samples_n = options.samples;
+        let targets: Vec<Key> = (0..samples_n)
+            .map(|i| {
+                let name = if i % 2 == 0 {
+                    deny_all_policy_name(&baseline)
+                } else {
+                    dns_policy_name(&baseline)
+                };
+                (walled[i * n / samples_n].clone(), name)
+            })
+            .collect();
+        let (latencies, failures) = time_each(
+            &targets,
+            |(namespace, name)| async move {
+                let api: Api<NetworkPolicy> = Api::namespaced(cluster.admin.clone(), namespace);
+                api.delete(name, &DeleteParams::default()).await?;
+                Ok(())
+            },
+            |key, t0| policies.back_after(key, t0),
         )
         .await?;
-        reconciler
-            .wait_started(true, Duration::from_secs(60))
-            .await?;
+        let cpu_seconds = cpu.seconds();
+        let cpu = cpu.describe();
         tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    let mark = cluster.audit.mark();
-    let cpu = CpuMeter::start(reconciler.pid());
-    let before = reconciler.reconcile_time()?;
-    let samples_n = options.samples;
-    let targets: Vec<Key> = (0..samples_n)
-        .map(|i| {
-            let name = if i % 2 == 0 {
-                deny_all_policy_name(&baseline)
-            } else {
-                dns_policy_name(&baseline)
-            };
-            (walled[i * n / samples_n].clone(), name)
-        })
-        .collect();
-    let (latencies, failures) = time_each(
-        &targets,
-        |(namespace, name)| async move {
-            let api: Api<NetworkPolicy> = Api::namespaced(cluster.admin.clone(), namespace);
-            api.delete(name, &DeleteParams::default()).await?;
-            Ok(())
-        },
-        |key, t0| policies.back_after(key, t0),
-    )
-    .await?;
-    let cpu_seconds = cpu.seconds();
-    let cpu = cpu.describe();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = reconciler.reconcile_time()?;
-    let requests = requests_since(cluster, mark);
-    // The same repairs as the API server saw them: delete answered → re-create answered.
-    let audited = cluster.audit.all_requests_since(mark).map(|events| {
-        let managed = [deny_all_policy_name(&baseline), dns_policy_name(&baseline)];
-        namespace_baseline_cluster_tests::repairs::repairs(
-            &events,
-            &reconciler_username(),
-            &managed,
-        )
-    });
-    if let Some((repairs, unmatched)) = &audited {
-        let latencies: Vec<Duration> = repairs.iter().map(|repair| repair.latency()).collect();
-        let audit_samples = Samples::new(&latencies);
-        #[allow(clippy::cast_precision_loss)]
-        let per_repair = cpu_seconds * 1e3 / repairs.len().max(1) as f64;
-        rows.push(Row {
+        let after = reconciler.reconcile_time()?;
+        let requests = requests_since(cluster, mark);
+        // The same repairs as the API server saw them: delete answered → re-create answered.
+        let audited = cluster.audit.all_requests_since(mark).map(|events| {
+            let managed = [deny_all_policy_name(&baseline), dns_policy_name(&baseline)];
+            namespace_baseline_cluster_tests::repairs::repairs(
+                &events,
+                &reconciler_username(),
+                &managed,
+            )
+        });
+        if let Some((repairs, unmatched)) = &audited {
+            let latencies: Vec<Duration> = repairs.iter().map(|repair| repair.latency()).collect();
+            let audit_samples = Samples::new(&latencies);
+            #[allow(clippy::cast_precision_loss)]
+            let per_repair = cpu_seconds * 1e3 / repairs.len().max(1) as f64;
+            rows.push(Row {
             what: format!(
                 "drift repair (audit log, resync {} s): delete answered → re-create answered",
                 options.repair_resync_secs
@@ -536,8 +553,8 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
                 repairs.len()
             ),
         });
-    }
-    rows.push(latency_row(
+        }
+        rows.push(latency_row(
         "drift repair: managed policy deleted → seen again",
         n,
         &latencies,
@@ -550,16 +567,21 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
             ms((after.1 - before.1) * 1e3),
         ),
     ));
+    }
 
-    // 4. Startup on the converged cluster.
+    // 4. Restart on the converged cluster, each start just after the floor it is compared
+    // with: a bare client's LIST of the same Namespaces and NetworkPolicies (list_floor.rs).
     let mut ready_times = Vec::new();
     let mut reconciled_times = Vec::new();
+    let mut floor_times = Vec::new();
     let mut startup_writes = 0;
     let mut startup_details = Vec::new();
     let mut startup_memory = None;
     let mut startup_ready = true;
     for k in 1..=options.startups {
         reconciler.stop().await?;
+        let listed = list_floor::list(cluster.reconciler_client().await?).await?;
+        floor_times.push(listed.took);
         let mark = cluster.audit.mark();
         let mut next = Reconciler::spawn(cluster, &format!("bench{n}-s{k}"), &args).await?;
         let startup = next.wait_started(true, Duration::from_secs(60)).await?;
@@ -581,7 +603,11 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         startup_writes += requests.as_ref().map_or(0, Requests::writes);
         startup_memory = Some(next.memory()?);
         startup_details.push(format!(
-            "start {k}: ready {}, reconciled {}, status Ready {ready}; {}",
+            "start {k}: floor {} ({} namespaces, {} policies, {} pages); ready {}, first pass done {}, status Ready {ready}; {}",
+            ms(listed.took.as_secs_f64() * 1e3),
+            listed.namespaces,
+            listed.policies,
+            listed.pages,
             ms(startup.ready.as_secs_f64() * 1e3),
             ms(startup.reconciled.as_secs_f64() * 1e3),
             describe(&requests)
@@ -593,8 +619,19 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
     }
     let ready_samples = Samples::new(&ready_times);
     let reconciled_samples = Samples::new(&reconciled_times);
+    let floor_samples = Samples::new(&floor_times);
+    let restart_ratio = reconciled_samples.p(50.0) / floor_samples.p(50.0);
     rows.push(Row {
-        what: "startup on a converged cluster: spawn → leading and /readyz 200".to_owned(),
+        what: "restart floor: a bare client LISTs the Namespaces (metadata) and NetworkPolicies, paged as the watches page".to_owned(),
+        size: n,
+        median: floor_samples.median(),
+        spread: floor_samples.spread(),
+        target: "-".to_owned(),
+        verdict: Verdict::Info,
+        detail: "resourceVersion=0 (not older than), pages of 500, both at once, on a fresh connection".to_owned(),
+    });
+    rows.push(Row {
+        what: "restart on a converged cluster: spawn → leading and /readyz 200".to_owned(),
         size: n,
         median: ready_samples.median(),
         spread: ready_samples.spread(),
@@ -603,24 +640,75 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         detail: startup_details.join(" ;; "),
     });
     rows.push(Row {
-        what: "startup on a converged cluster: spawn → first reconcile done (status Ready)"
+        what: "restart on a converged cluster: spawn → first full pass done (status Ready)"
             .to_owned(),
         size: n,
         median: reconciled_samples.median(),
-        spread: reconciled_samples.spread(),
-        target: "0 writes (lease excluded)".to_owned(),
-        verdict: Verdict::of(startup_writes == 0 && startup_ready),
+        spread: format!("{}; ratio {restart_ratio:.2}", reconciled_samples.spread()),
+        target: "≤ 1.2 × the restart floor; 0 writes (lease excluded)".to_owned(),
+        verdict: Verdict::of(restart_ratio <= 1.2 && startup_writes == 0 && startup_ready),
         detail: format!(
-            "writes in all {} starts: {startup_writes}; status Ready after each: {startup_ready}",
+            "floor median {}; writes in all {} starts: {startup_writes}; status Ready after each: {startup_ready}",
+            floor_samples.median(),
             options.startups
         ),
     });
     if let Some(memory) = startup_memory {
         rows.push(memory_row(
-            "memory: reconciler RSS after a restart on the converged cluster",
+            "memory: reconciler RSS after a restart on the converged cluster (HWM: the initial LIST)",
             n,
             memory,
         ));
+    }
+
+    // 4b. Take-over: a warm standby beside the leader, the leader SIGKILLed (no release), timed
+    // from the standby taking the Lease (its expiry excluded) to its first full pass done.
+    let mut takeover_times = Vec::new();
+    let mut takeover_writes = 0;
+    let mut takeover_details = Vec::new();
+    let mut standby_memory_ok = true;
+    for k in 1..=options.takeovers {
+        let mut standby = Reconciler::spawn(cluster, &format!("bench{n}-t{k}"), &args).await?;
+        let warm = standby.wait_standby(Duration::from_secs(60)).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (standby_memory, leader_memory) = (standby.memory()?, reconciler.memory()?);
+        standby_memory_ok &= standby_memory.rss_kib <= leader_memory.rss_kib;
+        let mark = cluster.audit.mark();
+        reconciler.kill();
+        let takeover = standby.wait_take_over(Duration::from_secs(60)).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let requests = requests_since(cluster, mark);
+        takeover_writes += requests.as_ref().map_or(0, Requests::writes);
+        takeover_details.push(format!(
+            "take-over {k}: standby ready (warm) {} after spawn; RSS standby {} / leader {}; SIGKILL → Lease {}; Lease → first pass done {}; {}",
+            ms(warm.as_secs_f64() * 1e3),
+            standby_memory.describe(),
+            leader_memory.describe(),
+            ms(takeover.led.as_secs_f64() * 1e3),
+            ms(takeover.first_pass.as_secs_f64() * 1e3),
+            describe(&requests)
+        ));
+        takeover_times.push(takeover.first_pass);
+        reconciler = standby;
+    }
+    if !takeover_times.is_empty() {
+        let takeover_samples = Samples::new(&takeover_times);
+        let ratio = takeover_samples.p(50.0) / floor_samples.p(50.0);
+        rows.push(Row {
+            what: "take-over after a leader SIGKILL: Lease taken → first full pass done (warm standby)".to_owned(),
+            size: n,
+            median: takeover_samples.median(),
+            spread: format!("{}; ratio {ratio:.2}", takeover_samples.spread()),
+            target: "≤ 1.2 × the restart floor; 0 writes; standby RSS ≤ leader's".to_owned(),
+            verdict: Verdict::of(ratio <= 1.2 && takeover_writes == 0 && standby_memory_ok),
+            detail: takeover_details.join(" ;; "),
+        });
+    }
+
+    // 5. and 6.: not with --restart-only.
+    if options.restart_only {
+        reconciler.stop().await?;
+        return Ok(rows);
     }
 
     // 5. New namespaces.

@@ -22,6 +22,14 @@ pub struct Startup {
     pub reconciled: Duration,
 }
 
+/// A standby's take-over after the leader's death.
+pub struct TakeOver {
+    /// From the kill to the standby leading: the Lease's expiry, mostly.
+    pub led: Duration,
+    /// From leading to its first full pass done.
+    pub first_pass: Duration,
+}
+
 impl Reconciler {
     /// Spawns the reconciler as its ServiceAccount (`run`, a free `--listen` port, `args`),
     /// logging at `info` so that logging does not weigh on what is measured.
@@ -70,6 +78,65 @@ impl Reconciler {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Polls every 10 ms until this replica is a ready standby (`/readyz` 200 while it does
+    /// not lead: its caches are synced and warm); the time from spawn.
+    pub async fn wait_standby(&mut self, timeout: Duration) -> Result<Duration> {
+        loop {
+            self.process.check_alive()?;
+            let elapsed = self.process.started.elapsed();
+            if let Ok(metrics) = self.process.metrics() {
+                if metrics.value("namespace_baseline_leader")? >= 1.0 {
+                    bail!("{} leads: it was meant to stand by", self.process.instance);
+                }
+                if matches!(self.process.http("/readyz"), Ok((200, _))) {
+                    return Ok(elapsed);
+                }
+            }
+            if elapsed > timeout {
+                bail!(
+                    "standby not ready within {timeout:?}; log {}",
+                    self.process.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// After the leader was killed: polls every 10 ms until this standby leads, then until its
+    /// first reconcile (the full pass a term begins with) has succeeded.
+    pub async fn wait_take_over(&mut self, timeout: Duration) -> Result<TakeOver> {
+        let killed = Instant::now();
+        let before = self.process.counter_or_zero(SUCCESSES)?;
+        let mut led = None;
+        loop {
+            self.process.check_alive()?;
+            let now = Instant::now();
+            if led.is_none() && self.metric("namespace_baseline_leader")? >= 1.0 {
+                led = Some(now);
+            }
+            if let Some(led) = led
+                && self.process.counter_or_zero(SUCCESSES)? > before
+            {
+                return Ok(TakeOver {
+                    led: led - killed,
+                    first_pass: now - led,
+                });
+            }
+            if killed.elapsed() > timeout {
+                bail!(
+                    "no take-over within {timeout:?}; log {}",
+                    self.process.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// SIGKILL: no release, no drain (a crashed leader).
+    pub fn kill(&mut self) {
+        self.process.kill();
     }
 
     pub fn metric(&self, series: &str) -> Result<f64> {

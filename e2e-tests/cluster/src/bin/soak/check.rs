@@ -65,6 +65,9 @@ pub struct Verdict {
     pub repairs_led: Vec<Duration>,
     /// Those meeting neither a leaderless window nor a restart.
     pub repairs_steady: Vec<Duration>,
+    /// Drift made while no one led (after a leader stop, before its successor took the
+    /// Lease), from the take-over to the repair's answer: what a warm standby acts on at once.
+    pub repairs_at_takeover: Vec<Duration>,
     /// Drift the audit log shows no repair for (overwritten by later drift, or lost: the
     /// final state check decides).
     pub unmatched: usize,
@@ -163,6 +166,7 @@ pub fn analyse(
         repairs_all: Vec::new(),
         repairs_led: Vec::new(),
         repairs_steady: Vec::new(),
+        repairs_at_takeover: Vec::new(),
         unmatched,
         panics: processes.iter().map(|p| p.panics).sum(),
         unexpected_exits: processes
@@ -177,6 +181,23 @@ pub fn analyse(
             .collect(),
         lease_released: false,
     };
+    let takeovers: Vec<(Timestamp, Timestamp)> = chaos
+        .stops
+        .iter()
+        .zip(&verdict.handovers)
+        .filter_map(|(stop, handover)| {
+            let acquired = stop.at.checked_add(handover.acquired?).ok()?;
+            Some((stop.at, acquired))
+        })
+        .collect();
+    for (from, to) in &repairs {
+        if let Some((_, acquired)) = takeovers
+            .iter()
+            .find(|(stopped, acquired)| *stopped <= *from && from < acquired && acquired <= to)
+        {
+            verdict.repairs_at_takeover.push(since(*acquired, *to));
+        }
+    }
     for (from, to) in repairs {
         let latency = since(from, to);
         verdict.repairs_all.push(latency);

@@ -153,6 +153,11 @@ pub fn table(
     );
     let _ = writeln!(
         out,
+        "| handover: successor takes the Lease → a repair pending at the take-over answered | {} | ≤ 1 s (information: under faults) |",
+        spread(&verdict.repairs_at_takeover)
+    );
+    let _ = writeln!(
+        out,
         "| convergence after the chaos (faults off → exact wall and status) | {} | – |",
         ms(Some(converged))
     );
