@@ -680,12 +680,20 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         let requests = requests_since(cluster, mark);
         takeover_writes += requests.as_ref().map_or(0, Requests::writes);
         takeover_details.push(format!(
-            "take-over {k}: standby ready (warm) {} after spawn; RSS standby {} / leader {}; SIGKILL → Lease {}; Lease → first pass done {}; {}",
+            "take-over {k}: standby ready (warm) {} after spawn; RSS standby {} / leader {}; SIGKILL → Lease {}; Lease → first pass done {} ({}); {}",
             ms(warm.as_secs_f64() * 1e3),
             standby_memory.describe(),
             leader_memory.describe(),
             ms(takeover.led.as_secs_f64() * 1e3),
             ms(takeover.first_pass.as_secs_f64() * 1e3),
+            takeover.pass_took.map_or_else(
+                || "its duration not read alone".to_owned(),
+                |took| format!(
+                    "the pass took {}: it began ≤ {} after the Lease",
+                    ms(took.as_secs_f64() * 1e3),
+                    ms(takeover.first_pass.saturating_sub(took).as_secs_f64() * 1e3)
+                )
+            ),
             describe(&requests)
         ));
         takeover_times.push(takeover.first_pass);

@@ -28,6 +28,9 @@ pub struct TakeOver {
     pub led: Duration,
     /// From leading to its first full pass done.
     pub first_pass: Duration,
+    /// How long that pass itself took: the reconcile duration histogram's only sample
+    /// (`None` if a second reconcile ended before the poll saw the first).
+    pub pass_took: Option<Duration>,
 }
 
 impl Reconciler {
@@ -119,9 +122,11 @@ impl Reconciler {
             if let Some(led) = led
                 && self.process.counter_or_zero(SUCCESSES)? > before
             {
+                let (count, seconds) = self.reconcile_time()?;
                 return Ok(TakeOver {
                     led: led - killed,
                     first_pass: now - led,
+                    pass_took: (count == 1.0).then(|| Duration::from_secs_f64(seconds)),
                 });
             }
             if killed.elapsed() > timeout {
