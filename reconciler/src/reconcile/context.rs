@@ -1,6 +1,6 @@
 //! What a reconcile is given, for one leadership term (kube-rs's `Context`): the client, the
-//! caches, the Event recorder, the settings and the process's state; and the one way it
-//! writes, [`Context::write`], through the leader gate.
+//! caches, the Event recorder, the settings, the process's state and the writes handed over
+//! (`writer.rs`); and the one way it writes, [`Context::write`], through the leader gate.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::base::error::Result;
 use crate::reconcile::state::State;
+use crate::reconcile::writer::Writer;
 use crate::view::caches::Caches;
 use crate::view::reports::Reports;
 
@@ -44,6 +45,8 @@ pub struct Context {
     pub state: Arc<State>,
     /// The OpenReports side of this term.
     pub reports: Reports,
+    /// The writes this term's reconciles handed over while still in flight.
+    pub writer: Writer,
 }
 
 impl Context {
@@ -61,6 +64,7 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             reports: Reports::new(settings.reports),
+            writer: Writer::default(),
             client,
             caches,
             settings,
@@ -70,6 +74,12 @@ impl Context {
 }
 
 impl Context {
+    /// The writer whose answers ask for the reconcile that reports them.
+    #[must_use]
+    pub fn with_writer(self, writer: Writer) -> Self {
+        Self { writer, ..self }
+    }
+
     /// Runs one write to the API through the leader gate ([`State::write`]).
     pub(crate) async fn write<T>(
         &self,

@@ -29,9 +29,8 @@ use crate::base::metrics::ReconcileResult;
 use crate::reconcile::ahead::AheadOfThePass;
 use crate::reconcile::context::Context;
 use crate::reconcile::status::{self, DnsCheck, Failure, Report};
-use crate::reconcile::writes::{
-    Counts, apply, count, patch_finalizers, patch_status, publish, still_needed,
-};
+use crate::reconcile::writer::{Counts, HANDOFF, count};
+use crate::reconcile::writes::{apply, patch_finalizers, patch_status, publish, still_needed};
 use crate::view::caches::{Caches, DnsCaches};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
@@ -109,7 +108,10 @@ pub fn error_policy(baseline: Arc<NamespaceBaseline>, error: &Error, ctx: Arc<Co
     }
 }
 
-async fn reconcile_baseline(baseline: &NamespaceBaseline, ctx: &Context) -> Result<Action, Failed> {
+async fn reconcile_baseline(
+    baseline: &NamespaceBaseline,
+    ctx: &Arc<Context>,
+) -> Result<Action, Failed> {
     ctx.caches.synced().await?;
     let name = baseline.name_any();
     let scope = match ctx.caches.dirty.take(&name, ctx.settings.resync) {
@@ -198,7 +200,7 @@ fn measure_reach(holes: &mut [(String, Hole)], caches: &Caches) {
 
 async fn converge(
     baseline: &NamespaceBaseline,
-    ctx: &Context,
+    ctx: &Arc<Context>,
     planner: Result<Planner<'_, Arc<CachedNamespace>>, SpecError>,
     policies: &[Arc<CachedPolicy>],
     scope: &Scope,
@@ -286,7 +288,15 @@ async fn converge(
         Scope::All => Box::new(AheadOfThePass::new(ctx, baseline, &planner, planned)),
         Scope::Namespaces(_) => Box::new(planned),
     };
-    let (counts, error) = apply(ctx, writes).await;
+    let mut outcome = apply(ctx, Some(baseline), writes).await;
+    // What earlier reconciles handed to the writer and it has collected since: reported here.
+    if let Some(landed) = ctx.writer.take(&name) {
+        outcome.absorb(landed);
+    }
+    let (counts, error) = outcome.into_parts();
+    if counts.handed_over > 0 {
+        debug!(baseline = %name, in_flight = counts.handed_over, "writes handed to the writer: the reconcile after their answers reports them");
+    }
     report.drift_repairs = count(counts.repaired.len());
     report.objects_applied = counts.writes();
     report.drifted = counts.unapplied;
@@ -350,7 +360,7 @@ async fn sync_finalizer(baseline: &NamespaceBaseline, ctx: &Context) -> Result<(
 /// the finalizer; under `Orphan` (no finalizer) nothing is touched.
 async fn clean_up(
     baseline: &NamespaceBaseline,
-    ctx: &Context,
+    ctx: &Arc<Context>,
     writes: Vec<(String, Vec<Change>)>,
 ) -> Result<Action> {
     let name = baseline.name_any();
@@ -358,12 +368,14 @@ async fn clean_up(
     ctx.state.holes.forget(&name);
     ctx.caches.unseen.forget(baseline);
     ctx.caches.matched.forget(&name);
+    ctx.writer.forget(&name);
     ctx.state.metrics.set_holes(&name, []);
     if !has_finalizer(baseline) {
         return Ok(Action::await_change());
     }
     if !writes.is_empty() {
-        let (counts, error) = apply(ctx, writes.into_iter()).await;
+        // Waited for to the end: the finalizer goes only once the wall is gone.
+        let (counts, error) = apply(ctx, None, writes.into_iter()).await.into_parts();
         ctx.state.metrics.objects_applied(counts.writes());
         if let Some(error) = error {
             return Err(error);
@@ -387,7 +399,7 @@ async fn clean_up(
 /// says now). Returns whether it wrote.
 async fn write_status(
     baseline: &NamespaceBaseline,
-    ctx: &Context,
+    ctx: &Arc<Context>,
     previous: Option<&NamespaceBaselineStatus>,
     report: &Report,
 ) -> Result<bool> {
@@ -403,11 +415,35 @@ async fn write_status(
     if !status::changed(previous, &desired) {
         return Ok(false);
     }
-    let written = patch_status(baseline, ctx, &desired).await?;
-    ctx.caches.unseen.status_written(baseline, written);
-    crate::reconcile::probe::condition::announce(ctx, baseline, enforced).await;
-    Ok(true)
+    let name = baseline.name_any();
+    if ctx.writer.status_in_flight(&name) {
+        // One status write at a time: the answer of the one in flight asks for the reconcile
+        // that writes this one, so an older status never lands after a newer.
+        debug!(baseline = %name, "a status write is in flight: this status waits for its answer");
+        return Ok(false);
+    }
+    // Its own task, waited for at most HANDOFF, then handed to the writer.
+    let mut task = tokio::spawn({
+        let (ctx, baseline) = (ctx.clone(), baseline.clone());
+        async move {
+            let written = patch_status(&baseline, &ctx, &desired).await?;
+            ctx.caches.unseen.status_written(&baseline, written);
+            crate::reconcile::probe::condition::announce(&ctx, &baseline, enforced).await;
+            Ok(())
+        }
+    });
+    match tokio::time::timeout(HANDOFF, &mut task).await {
+        Ok(Ok(written)) => written.map(|()| true),
+        Ok(Err(join)) => Err(Error::Panicked(format!(
+            "the status write's task ended: {join}"
+        ))),
+        Err(_) => {
+            ctx.writer.take_over_status(baseline, task);
+            Ok(true)
+        }
+    }
 }
+
 /// Events for what a successful reconcile did.
 async fn announce(
     baseline: &NamespaceBaseline,

@@ -346,6 +346,7 @@ async fn a_policy_being_written_is_not_written_again_before_the_watch_shows_it()
         dns.metadata.name.as_deref().unwrap(),
     );
     harness.ctx.caches.unseen.applying(namespace, name);
+    harness.ctx.caches.unseen.applied(namespace, name);
     run(&harness, converged(baseline("guarded", seed()), 2))
         .await
         .unwrap();
@@ -728,24 +729,69 @@ async fn a_server_error_requeues_with_growing_backoff_and_success_resets_it() {
     );
 }
 
+/// A write that never answers does not hold its baseline: the reconcile hands it to the
+/// writer after HANDOFF and returns; a reconcile meanwhile (a repair elsewhere) plans and
+/// writes without writing that object again; the write's failure, once its budget is spent,
+/// is reported by the reconcile its answer asks for.
 #[tokio::test(start_paused = true)]
-async fn a_write_that_never_answers_times_out_as_transient() {
-    let responder = |request: &Recorded| {
-        if request.path.contains("/networkpolicies/") {
+async fn a_write_that_never_answers_is_handed_over_and_its_failure_reported_later() {
+    // The first apply of team-a's deny-all never answers; later ones do.
+    let stalled = policy_path("team-a", "nsb-guarded-default-deny");
+    let answered_once = std::sync::atomic::AtomicBool::new(false);
+    let responder = move |request: &Recorded| {
+        if request.path == stalled && !answered_once.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
             (crate::fixtures::NO_ANSWER, Value::Null)
         } else {
             healthy(request)
         }
     };
     let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
-    let reconciled = reconcile(Arc::new(baseline("guarded", seed())), harness.ctx.clone());
-    let error = reconciled.await.unwrap_err();
+    let started = tokio::time::Instant::now();
+    let first = reconcile(Arc::new(baseline("guarded", seed())), harness.ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(first, Action::requeue(crate::fixtures::RESYNC));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the reconcile waited {:?} for a write that never answers",
+        started.elapsed()
+    );
+
+    // Another reconcile while the write is in flight: a full pass finds team-a's deny-all
+    // missing from the cache, and leaves it to the write in flight.
+    let second = reconcile(Arc::new(baseline("guarded", seed())), harness.ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(second, Action::requeue(crate::fixtures::RESYNC));
+
+    // Its budget spent, the write fails; the writer keeps the failure for the next reconcile.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let third = reconcile(Arc::new(baseline("guarded", seed())), harness.ctx.clone()).await;
+    let error = third.unwrap_err();
     assert_eq!(error.class(), ErrorClass::Transient);
     assert!(
         error.report().contains("no answer within 30s"),
         "{}",
         error.report()
     );
+
+    let requests = harness.requests().await;
+    let writes = policy_requests(&requests);
+    let stalled_writes = writes
+        .iter()
+        .filter(|r| r.path == policy_path("team-a", "nsb-guarded-default-deny"))
+        .count();
+    // The first reconcile's 4 applies (the second's full pass adds none: all pending), then
+    // the third's, scoped to team-a, where the writer's answer was: the failed apply again,
+    // and the DNS door, which this test's cache never shows (a watch would have). Never a
+    // second apply of an object while one was in flight.
+    assert_eq!(stalled_writes, 2, "{writes:#?}");
+    assert_eq!(writes.len(), 6, "{writes:#?}");
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses[0]["objectsApplied"], json!(3), "{statuses:#?}");
+    let ready = condition(statuses.last().unwrap(), "Ready");
+    assert_eq!(ready["status"], json!("False"), "{ready:#?}");
 }
 
 #[tokio::test]
@@ -988,17 +1034,23 @@ async fn a_leader_in_doubt_holds_its_writes_until_a_renewal_succeeds() {
     assert!(writes.iter().any(|r| r.method == "PATCH"), "{writes:?}");
 }
 
-/// ... and fails as `NotLeader`, writing nothing, when no renewal comes.
+/// ... and fails as `NotLeader`, writing nothing, when no renewal comes: its writes wait for
+/// the gate beyond HANDOFF, so the reconcile hands them to the writer, and the reconcile after
+/// their refusal reports it.
 #[tokio::test(start_paused = true)]
 async fn a_leader_in_doubt_that_is_not_renewed_writes_nothing() {
     let gate = LeaderGate::elected(namespace_baseline_leader::Timing::DEFAULT);
     testing::renewed(&gate, tokio::time::Instant::now());
     testing::doubt(&gate);
     let harness = Harness::with_gate(guarded_namespaces(), vec![], Box::new(healthy), gate);
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    // The gate's wait (2 s) ends: every write of the first reconcile is refused.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let error = run(&harness, baseline("guarded", seed()))
         .await
         .unwrap_err();
     assert!(matches!(error, Error::NotLeader), "{error:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(harness.requests().await.is_empty());
 }
 

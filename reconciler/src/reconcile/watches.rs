@@ -31,6 +31,7 @@ use crate::base::retry::{NoTriggerBackoff, WatchBackoff};
 use crate::reconcile::context::{Context, Settings};
 use crate::reconcile::controller::{error_policy, reconcile};
 use crate::reconcile::state::State;
+use crate::reconcile::writer::Writer;
 use crate::view::caches::{Caches, DnsWatches, ListTracker};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::namespace_cache::NamespaceMeta;
@@ -301,13 +302,18 @@ impl Watches {
             self.baselines.clone(),
             self.caches.clone(),
         );
-        let ctx = Arc::new(Context::new(
-            client,
-            self.caches.clone(),
-            self.settings.clone(),
-            state,
-            instance,
-        ));
+        // The writer's answers ask for the reconcile that reports them.
+        let (landed, landed_triggers) = mpsc::unbounded();
+        let ctx = Arc::new(
+            Context::new(
+                client,
+                self.caches.clone(),
+                self.settings.clone(),
+                state,
+                instance,
+            )
+            .with_writer(Writer::new(landed)),
+        );
         // OpenReports: followed beside the controller; their appearance reconciles every baseline.
         let (reports, reports_appeared) = follow::follow(
             ctx.client.clone(),
@@ -321,6 +327,7 @@ impl Watches {
             .reconcile_all_on(reports_appeared)
             .reconcile_on(triggers)
             .reconcile_on(probe_triggers)
+            .reconcile_on(landed_triggers)
             // Each watch backs off on its own; a shared pause would blind them all (retry.rs).
             .trigger_backoff(NoTriggerBackoff)
             .graceful_shutdown_on(stop)

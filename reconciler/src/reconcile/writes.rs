@@ -2,6 +2,9 @@
 //! through [`Context::write`], which holds it back unless this replica may write (the leader
 //! gate) and bounds it by the lease.
 
+use std::sync::Arc;
+
+use futures::stream::FuturesUnordered;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -11,48 +14,16 @@ use namespace_baseline_core::identity::FIELD_MANAGER;
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
 use namespace_baseline_core::wall::{Change, Drift};
 use serde_json::json;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::base::error::{Error, ErrorClass, Result};
+use crate::base::error::{Error, Result};
 use crate::reconcile::context::Context;
+use crate::reconcile::writer::{HANDOFF, Outcome, WriteTask, count, target};
 use crate::view::unseen_writes::PendingWrites;
 
 /// Event notes are limited to 1 kB by the API server.
 const MAX_EVENT_NOTE: usize = 1024;
-
-/// Writes made, by kind, with the drifted objects repaired.
-#[derive(Debug, Default)]
-pub(crate) struct Counts {
-    pub created: u32,
-    pub repaired: Vec<String>,
-    pub deleted: u32,
-    /// Changes planned but not made (after a failure).
-    pub unapplied: u32,
-}
-
-impl Counts {
-    pub fn writes(&self) -> u32 {
-        self.created + count(self.repaired.len()) + self.deleted
-    }
-
-    /// A change written.
-    fn count(&mut self, change: Change) {
-        match change {
-            Change::Create(_) => self.created += 1,
-            Change::Repair(policy, drift) => self.repaired.push(format!(
-                "{}/{} ({})",
-                policy.namespace().unwrap_or_default(),
-                policy.name_any(),
-                drift.describe()
-            )),
-            Change::Delete { .. } => self.deleted += 1,
-        }
-    }
-}
-
-pub(crate) fn count(len: usize) -> u32 {
-    u32::try_from(len).unwrap_or(u32::MAX)
-}
 
 /// How many namespaces a pass plans between two yields to the runtime.
 const YIELD_EVERY: usize = 256;
@@ -91,12 +62,16 @@ pub(crate) fn still_needed(
 /// Applies the writes, at most `concurrency` requests in flight (the changes of a namespace
 /// are independent: different objects), pulling `writes` as slots free up so that a first
 /// install over thousands of namespaces never holds every desired object at once. Every
-/// change is attempted; the error returned is a transient one if any (a retry will also
-/// retry the rest), else the first permanent one.
+/// change is attempted, each write as its own task, marked pending before it goes out. Once
+/// all have gone out, the writes still in flight are waited for at most [`HANDOFF`] when
+/// `handoff` names the baseline (then handed to its writer, `writer.rs`), else to the end.
+/// What the writes answered is the outcome ([`Outcome::into_parts`]: the counts, and a
+/// transient error if any, else the first permanent one).
 pub(crate) async fn apply(
-    ctx: &Context,
+    ctx: &Arc<Context>,
+    handoff: Option<&NamespaceBaseline>,
     writes: impl Iterator<Item = (String, Vec<Change>)> + Send,
-) -> (Counts, Option<Error>) {
+) -> Outcome {
     // Each change is counted and dropped as its write answers: collecting them until the
     // end would hold every desired object of a first install (10,000 at 5,000 namespaces).
     // A pass over thousands of namespaces with little to write would plan them all in one
@@ -110,34 +85,60 @@ pub(crate) async fn apply(
             stream::iter(changes)
         })
         .flatten();
-    let (total, mut errors) = changes
-        .map(|change| async move {
-            let result = apply_change(ctx, &change).await;
-            (change, result)
-        })
-        .buffer_unordered(ctx.settings.concurrency.max(1))
-        .fold(
-            (Counts::default(), Vec::new()),
-            |(mut total, mut errors), (change, result)| async move {
-                match result {
-                    Err(error) => {
-                        total.unapplied += 1;
-                        errors.push(error);
-                    }
-                    Ok(()) => total.count(change),
-                }
-                (total, errors)
-            },
-        )
-        .await;
-    let transient = errors
-        .iter()
-        .position(|error| error.class() == ErrorClass::Transient);
-    let error = match transient {
-        Some(index) => Some(errors.swap_remove(index)),
-        None => errors.into_iter().next(),
-    };
-    (total, error)
+    let mut changes = std::pin::pin!(changes);
+    let limit = ctx.settings.concurrency.max(1);
+    let mut in_flight: FuturesUnordered<WriteTask> = FuturesUnordered::new();
+    let mut outcome = Outcome::default();
+    while let Some(change) = changes.next().await {
+        while in_flight.len() >= limit {
+            if let Some(joined) = in_flight.next().await {
+                outcome.add(joined);
+            }
+        }
+        in_flight.push(spawn_write(ctx, change));
+    }
+    match handoff {
+        None => {
+            while let Some(joined) = in_flight.next().await {
+                outcome.add(joined);
+            }
+        }
+        Some(baseline) => {
+            let deadline = Instant::now() + HANDOFF;
+            while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, in_flight.next()).await {
+                outcome.add(joined);
+            }
+            if !in_flight.is_empty() {
+                outcome.counts.handed_over = count(in_flight.len());
+                let (dirty, name) = (ctx.caches.dirty.clone(), baseline.name_any());
+                ctx.writer
+                    .take_over(baseline, in_flight, move |namespaces| {
+                        // The reconcile that reports them looks at what they wrote.
+                        for namespace in namespaces {
+                            dirty.namespace(&name, namespace);
+                        }
+                    });
+            }
+        }
+    }
+    outcome
+}
+
+/// Starts one write as its own task, marked pending first (so that a plan made while it is
+/// in flight leaves it alone, `unseen_writes.rs`).
+fn spawn_write(ctx: &Arc<Context>, change: Change) -> WriteTask {
+    let (namespace, name) = target(&change);
+    match &change {
+        Change::Create(_) | Change::Repair(..) => ctx.caches.unseen.applying(namespace, name),
+        Change::Delete { .. } => ctx.caches.unseen.deleting(namespace, name),
+    }
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let result = crate::base::panics::contain(apply_change(&ctx, &change))
+            .await
+            .and_then(|result| result);
+        (change, result)
+    })
 }
 
 async fn apply_change(ctx: &Context, change: &Change) -> Result<()> {
@@ -153,10 +154,7 @@ async fn apply_change(ctx: &Context, change: &Change) -> Result<()> {
             }
             applied
         }
-        Change::Delete { namespace, name } => {
-            ctx.caches.unseen.deleting(namespace, name);
-            delete(ctx, namespace, name).await
-        }
+        Change::Delete { namespace, name } => delete(ctx, namespace, name).await,
     }
 }
 
@@ -170,7 +168,6 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
         });
     };
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);
-    ctx.caches.unseen.applying(namespace, name);
     let applied = ctx
         .write(api.patch(
             name,
@@ -188,6 +185,8 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
     if applied.is_err() {
         // Nothing for the watch to show (or nothing known): the next plan may write it.
         ctx.caches.unseen.apply_failed(namespace, name);
+    } else {
+        ctx.caches.unseen.applied(namespace, name);
     }
     applied?;
     debug!(%namespace, %name, "applied");
@@ -286,16 +285,20 @@ pub(crate) async fn publish(
         action: action.to_owned(),
         secondary: None,
     };
-    match ctx
-        .write(ctx.recorder.publish(&event, &baseline.object_ref(&())))
-        .await
-    {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => {
-            warn!(baseline = %baseline.name_any(), %reason, %error, "could not publish an Event");
+    // Its own task, waited for at most HANDOFF: a stalled Event never holds the reconcile.
+    let (state, recorder) = (ctx.state.clone(), ctx.recorder.clone());
+    let (reference, name) = (baseline.object_ref(&()), baseline.name_any());
+    let reason = reason.to_owned();
+    let task = tokio::spawn(async move {
+        match state.write(recorder.publish(&event, &reference)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                warn!(baseline = %name, %reason, %error, "could not publish an Event");
+            }
+            Err(error) => {
+                debug!(baseline = %name, %reason, %error, "Event not published");
+            }
         }
-        Err(error) => {
-            debug!(baseline = %baseline.name_any(), %reason, %error, "Event not published");
-        }
-    }
+    });
+    let _ = tokio::time::timeout(HANDOFF, task).await;
 }

@@ -28,8 +28,10 @@
 //!   deleted is what the next reconcile compares with until the report watch shows it, so
 //!   that a reconcile running before the echo does not write it again.
 //!
-//! Within a leadership term the reconciler is the only writer of the wall and the status; a
-//! new term starts with an empty memory and trusts its freshly listed caches.
+//! Within a leadership term the reconciler is the only writer of the wall and the status. The
+//! memory lives as long as the watches that clear it (the process, `watches.rs`): a standby
+//! writes nothing, so what it holds at a take-over is what its watches saw (someone else's
+//! deletions, to be repaired) and the expiring traces of its own earlier term.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -51,6 +53,10 @@ pub mod lifetime {
     /// A policy apply not shown by the policy watch by then may be written again (a watch
     /// that lags this much is reconnecting); a report write, likewise.
     pub const APPLY: Duration = Duration::from_secs(10);
+    /// An apply not answered by then has ended without a word (its task gone): longer than
+    /// any write's own budget (the client's 30 s timeout), so an unanswered apply stays
+    /// pending while it can still land.
+    pub const IN_FLIGHT: Duration = Duration::from_secs(60);
     /// A written status is preferred to the cache's for this long when the cache never shows
     /// the write's resourceVersion (a re-list can skip it): the expectations timeout of
     /// Kubernetes' controllers.
@@ -84,8 +90,12 @@ pub(crate) struct Memory {
 /// What is remembered of one policy; empty ones are dropped.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct PolicyMemory {
-    /// This term applies it (since then) and the watch has not shown it yet.
+    /// This term applies it (since then, or since the answer) and the watch has not shown it
+    /// yet.
     applying: Option<Instant>,
+    /// An apply of it went out then and is not answered yet: pending whatever the age of
+    /// `applying`, up to [`lifetime::IN_FLIGHT`].
+    in_flight: Option<Instant>,
     /// This term deletes it (since then): the next deletion the watch shows is its own.
     deleting: Option<Instant>,
     /// The watch showed someone else delete it (then), and this term has not re-created it.
@@ -96,6 +106,7 @@ impl PolicyMemory {
     fn expire(&mut self, now: Instant) {
         let live = |at: &Instant, lifetime: Duration| now.duration_since(*at) < lifetime;
         self.applying = self.applying.filter(|at| live(at, lifetime::APPLY));
+        self.in_flight = self.in_flight.filter(|at| live(at, lifetime::IN_FLIGHT));
         self.deleting = self.deleting.filter(|at| live(at, lifetime::DELETION));
         self.deleted_by_others = self
             .deleted_by_others
@@ -256,14 +267,31 @@ impl UnseenWrites {
     pub fn applying(&self, namespace: &str, name: &str) {
         let mut memory = self.memory();
         memory.registering();
-        memory.policy(namespace, name).applying = Some(Instant::now());
+        let policy = memory.policy(namespace, name);
+        let now = Instant::now();
+        policy.applying = Some(now);
+        policy.in_flight = Some(now);
+    }
+
+    /// The apply of `namespace/name` was answered: unless the watch has shown it already, it
+    /// has [`lifetime::APPLY`] from now to show it (a write that was long in flight, handed
+    /// over by its reconcile to the baseline's writer, is not forgotten meanwhile).
+    pub fn applied(&self, namespace: &str, name: &str) {
+        self.memory().update_policy(namespace, name, |policy| {
+            policy.in_flight = None;
+            if policy.applying.is_some() {
+                policy.applying = Some(Instant::now());
+            }
+        });
     }
 
     /// The apply of `namespace/name` failed: nothing for the watch to show (or nothing known),
     /// and the next plan may write it.
     pub fn apply_failed(&self, namespace: &str, name: &str) {
-        self.memory()
-            .update_policy(namespace, name, |policy| policy.applying = None);
+        self.memory().update_policy(namespace, name, |policy| {
+            policy.applying = None;
+            policy.in_flight = None;
+        });
     }
 
     /// This term re-created `namespace/name` after someone else deleted it: that deletion is
@@ -300,8 +328,11 @@ impl UnseenWrites {
                 .iter()
                 .filter(|(_, policy)| {
                     policy
-                        .applying
-                        .is_some_and(|at| now.duration_since(at) < lifetime::APPLY)
+                        .in_flight
+                        .is_some_and(|at| now.duration_since(at) < lifetime::IN_FLIGHT)
+                        || policy
+                            .applying
+                            .is_some_and(|at| now.duration_since(at) < lifetime::APPLY)
                 })
                 .map(|(key, _)| key.clone())
                 .collect(),
@@ -505,6 +536,8 @@ mod tests {
         assert!(!unseen.snapshot().contains("team-a", "deny"));
         unseen.applying("team-a", "deny");
         unseen.applying("team-a", "dns");
+        unseen.applied("team-a", "deny");
+        unseen.applied("team-a", "dns");
         let before = unseen.snapshot();
         assert!(before.contains("team-a", "deny"));
         assert!(!before.contains("team-b", "deny"));
@@ -535,8 +568,39 @@ mod tests {
     ) {
         let unseen = UnseenWrites::default();
         unseen.applying("team-a", "deny");
+        unseen.applied("team-a", "deny");
         unseen.observe(&event);
         assert_eq!(unseen.snapshot().contains("team-a", "deny"), still_pending);
+    }
+
+    /// An apply in flight stays pending, whatever the watch shows and however long it takes
+    /// (a write handed to the baseline's writer), until it is answered; then the watch has
+    /// its lifetime from the answer.
+    #[tokio::test(start_paused = true)]
+    async fn an_apply_in_flight_is_pending_until_answered() {
+        let unseen = UnseenWrites::default();
+        unseen.applying("team-a", "deny");
+        unseen.observe(&apply("team-a", "deny"));
+        tokio::time::advance(lifetime::APPLY * 2).await;
+        assert!(unseen.snapshot().contains("team-a", "deny"), "in flight");
+        unseen.applying("team-a", "dns");
+        tokio::time::advance(lifetime::APPLY * 2).await;
+        unseen.applied("team-a", "dns");
+        assert!(
+            unseen.snapshot().contains("team-a", "dns"),
+            "answered just now"
+        );
+        unseen.applied("team-a", "deny");
+        assert!(
+            !unseen.snapshot().contains("team-a", "deny"),
+            "answered after the watch showed it"
+        );
+        tokio::time::advance(lifetime::APPLY).await;
+        assert!(!unseen.snapshot().contains("team-a", "dns"));
+        // An apply never answered (its task gone) is forgotten at last.
+        unseen.applying("team-b", "deny");
+        tokio::time::advance(lifetime::IN_FLIGHT).await;
+        assert!(!unseen.snapshot().contains("team-b", "deny"));
     }
 
     #[test]

@@ -1,0 +1,244 @@
+//! Writes that outlive their reconcile: the baseline's writer.
+//!
+//! kube's `Controller` runs one reconcile of a baseline at a time. A reconcile that waited for
+//! its slowest write (a stalled request, a 429 whose `Retry-After` the client honours) would
+//! hold every repair of that baseline behind it. So a reconcile waits for its writes at most
+//! [`HANDOFF`] once every one of them has gone out; those still in flight are then handed to
+//! the writer here, which collects their answers, keeps them for the next reconcile of the
+//! baseline to report (the counts, the Events, a failure in the status and its retry), and
+//! triggers that reconcile once the last answer is in, scoped to the namespaces written.
+//!
+//! What keeps this safe: each write still goes through the leader gate, and is marked pending
+//! before it goes out until it is answered (`view/unseen_writes.rs`), so the next plan leaves
+//! it alone: at most one write per object is in flight. The status of a baseline is written
+//! by one request at a time: a reconcile that finds one in flight leaves its status to the
+//! reconcile that the answer triggers, so an older status never lands after a newer one.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
+use futures::stream::FuturesUnordered;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use namespace_baseline_core::spec::NamespaceBaseline;
+use namespace_baseline_core::wall::Change;
+use tokio::task::{JoinError, JoinHandle};
+use tracing::debug;
+
+use crate::base::error::{Error, ErrorClass, Result};
+
+/// How long a reconcile waits for its writes once all have gone out (and for its status
+/// write, and for each Event) before it hands them to the writer: well above an answer's
+/// usual time (milliseconds), well below a stall's.
+pub const HANDOFF: Duration = Duration::from_millis(100);
+
+/// One write, running as its own task: the change and its answer.
+pub(crate) type WriteTask = JoinHandle<(Change, Result<()>)>;
+
+/// Writes made, by kind, with the drifted objects repaired.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub created: u32,
+    pub repaired: Vec<String>,
+    pub deleted: u32,
+    /// Changes planned but not made (after a failure).
+    pub unapplied: u32,
+    /// Writes still in flight when the reconcile handed them to the writer: the reconcile
+    /// after their answers counts them.
+    pub handed_over: u32,
+}
+
+impl Counts {
+    pub fn writes(&self) -> u32 {
+        self.created + count(self.repaired.len()) + self.deleted
+    }
+
+    /// A change written.
+    fn count(&mut self, change: Change) {
+        match change {
+            Change::Create(_) => self.created += 1,
+            Change::Repair(policy, drift) => self.repaired.push(format!(
+                "{}/{} ({})",
+                policy.namespace().unwrap_or_default(),
+                policy.name_any(),
+                drift.describe()
+            )),
+            Change::Delete { .. } => self.deleted += 1,
+        }
+    }
+
+    fn absorb(&mut self, other: Counts) {
+        self.created += other.created;
+        self.repaired.extend(other.repaired);
+        self.deleted += other.deleted;
+        self.unapplied += other.unapplied;
+    }
+}
+
+/// The (namespace, name) of the policy a change writes.
+pub(crate) fn target(change: &Change) -> (&str, &str) {
+    match change {
+        Change::Create(policy) | Change::Repair(policy, _) => (
+            policy.metadata.namespace.as_deref().unwrap_or_default(),
+            policy.metadata.name.as_deref().unwrap_or_default(),
+        ),
+        Change::Delete { namespace, name } => (namespace, name),
+    }
+}
+
+pub(crate) fn count(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// What a set of writes did: the counts, and the errors of those that failed.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    pub counts: Counts,
+    errors: Vec<Error>,
+}
+
+impl Outcome {
+    /// One write's task ended.
+    pub fn add(&mut self, joined: std::result::Result<(Change, Result<()>), JoinError>) {
+        match joined {
+            Ok((change, Ok(()))) => self.counts.count(change),
+            Ok((_, Err(error))) => self.failed(error),
+            Err(join) => self.failed(Error::Panicked(format!("a write's task ended: {join}"))),
+        }
+    }
+
+    fn failed(&mut self, error: Error) {
+        self.counts.unapplied += 1;
+        self.errors.push(error);
+    }
+
+    /// Adds what the writer collected for this baseline since its last reconcile.
+    pub fn absorb(&mut self, late: Outcome) {
+        self.counts.absorb(late.counts);
+        self.errors.extend(late.errors);
+    }
+
+    /// The counts, and the error to report: a transient one if any (a retry also retries the
+    /// rest), else the first permanent one.
+    pub fn into_parts(mut self) -> (Counts, Option<Error>) {
+        let transient = self
+            .errors
+            .iter()
+            .position(|error| error.class() == ErrorClass::Transient);
+        let error = match transient {
+            Some(index) => Some(self.errors.swap_remove(index)),
+            None => self.errors.into_iter().next(),
+        };
+        (self.counts, error)
+    }
+}
+
+/// The writes handed over by the reconciles of one leadership term, per baseline.
+#[derive(Clone, Default)]
+pub struct Writer {
+    inner: Arc<Mutex<Handed>>,
+    /// Where the reconcile that reports an answer is asked for (none in unit tests, which run
+    /// the next reconcile themselves).
+    triggers: Option<UnboundedSender<ObjectRef<NamespaceBaseline>>>,
+}
+
+#[derive(Default)]
+struct Handed {
+    /// Answers collected and not reported yet, by baseline.
+    landed: HashMap<String, Outcome>,
+    /// Baselines whose status write is in flight.
+    statuses: HashSet<String>,
+}
+
+impl Writer {
+    pub fn new(triggers: UnboundedSender<ObjectRef<NamespaceBaseline>>) -> Self {
+        Self {
+            inner: Arc::default(),
+            triggers: Some(triggers),
+        }
+    }
+
+    fn handed(&self) -> MutexGuard<'_, Handed> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes over the writes of `baseline` still in flight; `on_landed` is told the
+    /// namespaces they wrote once all are answered, before the next reconcile is asked for.
+    pub(crate) fn take_over(
+        &self,
+        baseline: &NamespaceBaseline,
+        mut tasks: FuturesUnordered<WriteTask>,
+        on_landed: impl FnOnce(&HashSet<String>) + Send + 'static,
+    ) {
+        let writer = self.clone();
+        let reference = ObjectRef::from_obj(baseline);
+        debug!(baseline = %reference.name, writes = tasks.len(), "writes handed to the writer");
+        tokio::spawn(async move {
+            let mut outcome = Outcome::default();
+            let mut namespaces = HashSet::new();
+            while let Some(joined) = tasks.next().await {
+                if let Ok((change, _)) = &joined {
+                    namespaces.insert(target(change).0.to_owned());
+                }
+                outcome.add(joined);
+            }
+            on_landed(&namespaces);
+            writer.landed(&reference, outcome);
+        });
+    }
+
+    /// Takes over the status write of `baseline` in flight: no other status of it is written
+    /// until it is answered; a failure is reported by the reconcile its answer triggers.
+    pub(crate) fn take_over_status(
+        &self,
+        baseline: &NamespaceBaseline,
+        task: JoinHandle<Result<()>>,
+    ) {
+        let writer = self.clone();
+        let reference = ObjectRef::from_obj(baseline);
+        self.handed().statuses.insert(reference.name.clone());
+        tokio::spawn(async move {
+            let mut outcome = Outcome::default();
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => outcome.errors.push(error),
+                Err(join) => outcome.errors.push(Error::Panicked(format!(
+                    "a status write's task ended: {join}"
+                ))),
+            }
+            writer.handed().statuses.remove(&reference.name);
+            writer.landed(&reference, outcome);
+        });
+    }
+
+    /// Whether a status write of `baseline` is in flight.
+    pub fn status_in_flight(&self, baseline: &str) -> bool {
+        self.handed().statuses.contains(baseline)
+    }
+
+    fn landed(&self, reference: &ObjectRef<NamespaceBaseline>, outcome: Outcome) {
+        self.handed()
+            .landed
+            .entry(reference.name.clone())
+            .or_default()
+            .absorb(outcome);
+        if let Some(triggers) = &self.triggers {
+            // A closed channel is a term that ended: the next one starts with a full pass.
+            let _ = triggers.unbounded_send(reference.clone());
+        }
+    }
+
+    /// What the writer collected for `baseline` since its last reconcile, for this one to
+    /// report.
+    pub(crate) fn take(&self, baseline: &str) -> Option<Outcome> {
+        self.handed().landed.remove(baseline)
+    }
+
+    /// A baseline going away: nothing of it is reported any more.
+    pub fn forget(&self, baseline: &str) {
+        self.handed().landed.remove(baseline);
+    }
+}
