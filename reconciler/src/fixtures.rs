@@ -403,13 +403,16 @@ impl Harness {
     }
 
     fn later(&self, caches: Caches) -> Arc<Context> {
-        Arc::new(Context::new(
-            self.ctx.client.clone(),
-            caches,
-            self.ctx.settings.clone(),
-            self.state.clone(),
-            "test".into(),
-        ))
+        Arc::new(
+            Context::new(
+                self.ctx.client.clone(),
+                caches,
+                self.ctx.settings.clone(),
+                self.state.clone(),
+                "test".into(),
+            )
+            .with_writer(self.ctx.writer.clone()),
+        )
     }
 
     /// Drops the client and returns every request the API server received.

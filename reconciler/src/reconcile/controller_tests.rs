@@ -794,6 +794,56 @@ async fn a_write_that_never_answers_is_handed_over_and_its_failure_reported_late
     assert_eq!(ready["status"], json!("False"), "{ready:#?}");
 }
 
+/// One status write at a time per baseline: while one is in flight (handed to the writer),
+/// the next reconcile leaves its status to the reconcile that the answer asks for, so an
+/// older status never lands after a newer one; a status write that fails is reported then.
+#[tokio::test(start_paused = true)]
+async fn a_status_write_in_flight_holds_back_the_next_status_until_answered() {
+    let status_path = format!("{BASELINES}/guarded/status");
+    let answered_once = std::sync::atomic::AtomicBool::new(false);
+    let responder = move |request: &Recorded| {
+        if request.path == status_path
+            && !answered_once.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            (crate::fixtures::NO_ANSWER, Value::Null)
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    assert!(harness.ctx.writer.status_in_flight("guarded"));
+
+    // The wall is in the cache now: the next status (objectsApplied 0) waits.
+    let later = harness.with_policies(full_wall(&seed(), &["team-a", "team-b"]));
+    reconcile(Arc::new(baseline("guarded", seed())), later.clone())
+        .await
+        .unwrap();
+    assert!(later.writer.status_in_flight("guarded"));
+
+    // The stalled status write gives up; the reconcile its answer asks for reports that and
+    // writes its own status.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert!(!later.writer.status_in_flight("guarded"));
+    let error = reconcile(Arc::new(baseline("guarded", seed())), later.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(error.class(), ErrorClass::Transient);
+    assert!(
+        error.report().contains("no answer within 30s"),
+        "{}",
+        error.report()
+    );
+    drop(later);
+
+    let requests = harness.requests().await;
+    let statuses = status_patches(&requests);
+    assert_eq!(statuses.len(), 2, "{statuses:#?}");
+    assert_eq!(statuses[0]["objectsApplied"], json!(4));
+    assert_eq!(condition(statuses[1], "Ready")["status"], json!("False"));
+    assert_eq!(policy_requests(&requests).len(), 4);
+}
+
 #[tokio::test]
 async fn success_resets_the_backoff() {
     let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));

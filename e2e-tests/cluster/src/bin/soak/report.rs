@@ -82,7 +82,8 @@ pub fn table(
         })
         .collect();
     let handover_goal = Duration::from_secs(17);
-    let repair_goal = Duration::from_secs(5);
+    // Issue 29: repairs that do not queue behind a slow write.
+    let (repair_p50_goal, repair_goal) = (Duration::from_millis(500), Duration::from_millis(2500));
     let mut out = String::new();
     let _ = writeln!(out, "Soak: {options}.\n");
     let _ = writeln!(out, "| measure | value | goal |");
@@ -135,8 +136,10 @@ pub fn table(
     );
     let _ = writeln!(
         out,
-        "| drift repair, outside leaderless windows and restarts | {} | p99 ≤ {} ms ({}) |",
+        "| drift repair, outside leaderless windows and restarts | {} | p50 ≤ {} ms ({}), p99 ≤ {} ms ({}) |",
         spread(&verdict.repairs_steady),
+        repair_p50_goal.as_millis(),
+        verdict_of(quantile(&verdict.repairs_steady, 0.5), repair_p50_goal),
         repair_goal.as_millis(),
         verdict_of(quantile(&verdict.repairs_steady, 0.99), repair_goal)
     );
