@@ -66,7 +66,8 @@ pub struct Verdict {
     /// Those meeting neither a leaderless window nor a restart.
     pub repairs_steady: Vec<Duration>,
     /// Drift made while no one led (after a leader stop, before its successor took the
-    /// Lease), from the take-over to the repair's answer: what a warm standby acts on at once.
+    /// Lease), from the take-over to the repair's answer: what a warm standby acts on at once
+    /// (those meeting a restart of the API server, etcd or the proxy left out).
     pub repairs_at_takeover: Vec<Duration>,
     /// Drift the audit log shows no repair for (overwritten by later drift, or lost: the
     /// final state check decides).
@@ -191,6 +192,9 @@ pub fn analyse(
         })
         .collect();
     for (from, to) in &repairs {
+        if meets(&restarts, (*from, *to)) {
+            continue;
+        }
         if let Some((_, acquired)) = takeovers
             .iter()
             .find(|(stopped, acquired)| *stopped <= *from && from < acquired && acquired <= to)

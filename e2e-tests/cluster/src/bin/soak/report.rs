@@ -156,7 +156,7 @@ pub fn table(
     );
     let _ = writeln!(
         out,
-        "| handover: successor takes the Lease → a repair pending at the take-over answered | {} | ≤ 1 s (information: under faults) |",
+        "| handover: successor takes the Lease → a repair pending at the take-over answered (restarts left out) | {} | ≤ 1 s (information: under faults) |",
         spread(&verdict.repairs_at_takeover)
     );
     let _ = writeln!(
