@@ -18,7 +18,7 @@ use namespace_baseline_cluster_tests::{
 use serde_json::json;
 
 use crate::common::{
-    assert_rbac_was_enough, create_baseline, figure, namespaces, patch_spec, settle, spec, start,
+    assert_rbac_was_enough, create_baseline, figure, namespaces, patch_spec, spec, start,
 };
 use crate::s9_common::{
     Rng, Wall, assert_writes_only_walls, check_exact, reconciler_requests, wait_exact,
@@ -33,6 +33,11 @@ const CHANGE_EVERY: Duration = Duration::from_millis(1500);
 const CONVERGE_BOUND: Duration = Duration::from_secs(90);
 /// The stated window after convergence in which the reconciler must write nothing.
 const QUIET_WINDOW: Duration = Duration::from_secs(3);
+/// Settled means silent for longer than the proxy's longest stall (3 s): a write stalled when
+/// the faults stopped, handed to the baseline's writer, still lands (and the reconcile its
+/// answer asks for writes the status after it) up to that long after the stop, unseen by the
+/// audit log meanwhile.
+const SETTLED_AFTER_FAULTS: Duration = Duration::from_secs(4);
 
 /// The two walls of the scenario: baseline A's (with the DNS door) in `walled`, baseline
 /// B's (without) in `in_b`.
@@ -234,7 +239,14 @@ async fn s9_faults_thirty_percent_api_faults_lose_nothing() {
     let status_after = stopped.elapsed();
 
     // Quiet: converged and settled, the reconciler writes nothing more in a stated window.
-    settle(&cluster).await;
+    cluster
+        .settle(
+            &reconciler_username(),
+            SETTLED_AFTER_FAULTS,
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{error:#}"));
     let quiet = cluster
         .observe_window("s9-faults-quiet", QUIET_WINDOW)
         .await
