@@ -24,10 +24,12 @@
 
 mod election;
 mod gate;
+mod hedge;
 mod write;
 
 pub use election::{Elector, KubeLeases, LeaseStore, RELEASE_BUDGET, StoreError};
 pub use gate::{InFlightWrite, LeaderGate};
+pub use hedge::{Attempt, HedgeBounds, Hedged};
 pub use write::{NotLeader, WriteBounds};
 
 use std::time::Duration;

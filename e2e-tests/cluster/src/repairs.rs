@@ -1,6 +1,8 @@
 //! Drift repairs as the API server's audit log tells them: each change someone else made to a
 //! managed policy (a delete or a patch), matched with the reconciler's first successful write
-//! to that policy answered after it.
+//! to that policy answered after it; when each replica's watch was open (a drift made while
+//! the leader's watch was down is seen only when it resumes or relists); and the hedges among
+//! the reconciler's writes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::AuditEvent;
+use crate::leadership::identity_of;
 
 /// A change and its repair: when the API server answered each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +86,61 @@ pub fn repairs(
         }
     }
     (found, unmatched)
+}
+
+/// When each replica's watches of `resource` were open: by identity (from the User-Agent),
+/// from the API server's receipt of each watch request to the end of its response (a watch
+/// still open when the log ends: until [`Timestamp::MAX`]).
+pub fn watches_open(
+    events: &[AuditEvent],
+    resource: &str,
+) -> BTreeMap<String, Vec<(Timestamp, Timestamp)>> {
+    let mut open: BTreeMap<String, Vec<(Timestamp, Timestamp)>> = BTreeMap::new();
+    for event in events
+        .iter()
+        .filter(|event| event.verb == "watch" && event.resource() == resource)
+    {
+        let (Some(identity), Some(from)) = (identity_of(&event.user_agent), event.received_at())
+        else {
+            continue;
+        };
+        let until = match event.stage.as_str() {
+            "ResponseComplete" => event.stage_at().unwrap_or(Timestamp::MAX),
+            _ => Timestamp::MAX,
+        };
+        open.entry(identity.to_owned())
+            .or_default()
+            .push((from, until));
+    }
+    open
+}
+
+/// Whether one of `windows` holds `at`.
+pub fn open_at(windows: &[(Timestamp, Timestamp)], at: Timestamp) -> bool {
+    windows
+        .iter()
+        .any(|(from, until)| *from <= at && at <= *until)
+}
+
+/// The User-Agent of a hedge says so before the identity
+/// (`namespace-baseline-reconciler/<version> hedge (<identity>)`).
+pub fn is_hedge(event: &AuditEvent) -> bool {
+    event.user_agent.contains(" hedge (")
+}
+
+/// The reconciler's NetworkPolicy writes among `events` (one per request): its first
+/// requests, and its hedges.
+pub fn policy_writes_and_hedges(events: &[AuditEvent], reconciler: &str) -> (usize, usize) {
+    let writes: Vec<&AuditEvent> = events
+        .iter()
+        .filter(|event| {
+            event.user.username == reconciler
+                && event.is_write()
+                && event.resource() == "networkpolicies"
+        })
+        .collect();
+    let hedges = writes.iter().filter(|event| is_hedge(event)).count();
+    (writes.len() - hedges, hedges)
 }
 
 #[cfg(test)]
@@ -170,5 +228,89 @@ mod tests {
         let latencies: Vec<u128> = found.iter().map(|r| r.latency().as_millis()).collect();
         assert_eq!(latencies, [40, 25]);
         assert_eq!(unmatched, 1);
+    }
+
+    fn watch(agent: &str, resource: &str, stage: &str, from: &str, until: &str) -> AuditEvent {
+        serde_json::from_value(json!({
+            "auditID": format!("{agent}-{from}"),
+            "stage": stage,
+            "verb": "watch",
+            "user": {"username": "sa"},
+            "userAgent": agent,
+            "objectRef": {"resource": resource},
+            "requestReceivedTimestamp": from,
+            "stageTimestamp": until,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn watches_are_open_from_their_receipt_to_their_end_per_replica() {
+        let a = "namespace-baseline-reconciler/0.1.0 (a)";
+        let events = [
+            watch(
+                a,
+                "networkpolicies",
+                "ResponseComplete",
+                "2026-12-05T10:00:00Z",
+                "2026-12-05T10:00:03Z",
+            ),
+            watch(
+                a,
+                "networkpolicies",
+                "ResponseStarted",
+                "2026-12-05T10:00:04Z",
+                "2026-12-05T10:00:04Z",
+            ),
+            watch(
+                a,
+                "namespaces",
+                "ResponseComplete",
+                "2026-12-05T10:00:03Z",
+                "2026-12-05T10:00:04Z",
+            ),
+            watch(
+                "kubectl",
+                "networkpolicies",
+                "ResponseComplete",
+                "2026-12-05T10:00:03Z",
+                "2026-12-05T10:00:04Z",
+            ),
+        ];
+        let open = watches_open(&events, "networkpolicies");
+        assert_eq!(open.keys().collect::<Vec<_>>(), ["a"]);
+        let at = |text: &str| text.parse::<Timestamp>().unwrap();
+        assert!(open_at(&open["a"], at("2026-12-05T10:00:02Z")));
+        assert!(
+            !open_at(&open["a"], at("2026-12-05T10:00:03.5Z")),
+            "the gap"
+        );
+        assert!(
+            open_at(&open["a"], at("2026-12-05T11:00:00Z")),
+            "still open at the end"
+        );
+    }
+
+    #[test]
+    fn hedges_are_told_by_their_user_agent() {
+        let write = |agent: &str| -> AuditEvent {
+            serde_json::from_value(json!({
+                "auditID": agent, "stage": "ResponseComplete", "verb": "patch",
+                "user": {"username": "sa"}, "userAgent": agent,
+                "objectRef": {"resource": "networkpolicies", "namespace": "a", "name": "p"},
+            }))
+            .unwrap()
+        };
+        let events = [
+            write("namespace-baseline-reconciler/0.1.0 (r1)"),
+            write("namespace-baseline-reconciler/0.1.0 hedge (r1)"),
+            write("namespace-baseline-reconciler/0.1.0 (r2)"),
+        ];
+        assert_eq!(policy_writes_and_hedges(&events, "sa"), (2, 1));
+        assert_eq!(
+            identity_of("namespace-baseline-reconciler/0.1.0 hedge (r1)"),
+            Some("r1"),
+            "a hedge is its replica's write"
+        );
     }
 }

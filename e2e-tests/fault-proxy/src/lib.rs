@@ -48,6 +48,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+/// How long a stalled request ([`Fault::Stall`]) is held before it is forwarded: drawn
+/// evenly from this range.
+pub const STALL: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(3));
+
+/// The `Retry-After` of a 429 ([`Fault::TooManyRequests`]), in seconds.
+pub const RETRY_AFTER_SECONDS: u32 = 1;
+
 /// Errors on the proxy's request path (what hyper wants from a service).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type ProxyBody = BoxBody<Bytes, BoxError>;
@@ -94,6 +101,32 @@ impl Fault {
             Self::CutWatch => "cut-watch",
             Self::GoneOnResume => "410-on-watch-resume",
         }
+    }
+
+    /// Its weight among the faults that apply to a request: the faults only a watch can get
+    /// weigh more (a cut 3, a 410 Gone 5, the others 1), since a watch is one request per
+    /// stream, far rarer than the others.
+    fn weight(self) -> usize {
+        match self {
+            Self::CutWatch => 3,
+            Self::GoneOnResume => 5,
+            _ => 1,
+        }
+    }
+
+    /// The chance that a request that is not a watch (a write, a list) meets each fault, with
+    /// every kind of fault on at `probability` ([`FaultProxy::set_probability`]): the model
+    /// the soak computes its floor from.
+    pub fn odds_for_a_request(probability: f64) -> Vec<(Self, f64)> {
+        let applicable: Vec<Self> = Self::ALL
+            .into_iter()
+            .filter(|fault| fault.applies_to(Shape::default()))
+            .collect();
+        let total: usize = applicable.iter().map(|fault| fault.weight()).sum();
+        applicable
+            .into_iter()
+            .map(|fault| (fault, probability * fault.weight() as f64 / total as f64))
+            .collect()
     }
 
     /// Whether this fault can hit a request of this shape.
@@ -353,21 +386,12 @@ impl Shared {
         if settings.probability <= 0.0 {
             return None;
         }
-        // The faults only a watch can get weigh more there (a cut 3, a 410 Gone 5, the
-        // others 1): a watch is one request per stream, far rarer than the others.
         let applicable: Vec<Fault> = settings
             .kinds
             .iter()
             .copied()
             .filter(|fault| fault.applies_to(shape))
-            .flat_map(|fault| {
-                let weight = match fault {
-                    Fault::CutWatch => 3,
-                    Fault::GoneOnResume => 5,
-                    _ => 1,
-                };
-                std::iter::repeat_n(fault, weight)
-            })
+            .flat_map(|fault| std::iter::repeat_n(fault, fault.weight()))
             .collect();
         let mut rng = lock(&self.rng);
         if applicable.is_empty() || rng.unit() >= settings.probability {
@@ -733,7 +757,7 @@ async fn handle(
             StatusCode::TOO_MANY_REQUESTS,
             "TooManyRequests",
             "fault proxy: too many requests, please try again later",
-            Some(1),
+            Some(RETRY_AFTER_SECONDS),
         )),
         Some(Fault::InternalError) => Ok(status_response(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -749,7 +773,7 @@ async fn handle(
         )),
         Some(Fault::DropConnection) => Err("fault proxy: connection dropped".into()),
         Some(Fault::Stall) => {
-            let delay = shared.between(Duration::from_millis(500), Duration::from_secs(3));
+            let delay = shared.between(STALL.0, STALL.1);
             tokio::time::sleep(delay).await;
             forward(&shared, &connection, request).await
         }

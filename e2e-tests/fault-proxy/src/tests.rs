@@ -339,6 +339,25 @@ fn decisions_follow_the_seed_and_the_probability() {
 }
 
 #[test]
+fn a_request_that_is_not_a_watch_meets_each_of_its_five_faults_evenly() {
+    let odds = Fault::odds_for_a_request(0.3);
+    let kinds: Vec<Fault> = odds.iter().map(|(fault, _)| *fault).collect();
+    assert_eq!(
+        kinds,
+        [
+            Fault::TooManyRequests,
+            Fault::InternalError,
+            Fault::ServiceUnavailable,
+            Fault::DropConnection,
+            Fault::Stall
+        ]
+    );
+    for (fault, chance) in &odds {
+        assert!((chance - 0.06).abs() < 1e-12, "{fault}: {chance}");
+    }
+}
+
+#[test]
 fn request_shapes() {
     let shape = |uri: &str| RequestShape::of(&uri.parse().unwrap()).shape();
     assert!(shape("/api/v1/namespaces?watch=true&resourceVersion=12").resumes_watch());

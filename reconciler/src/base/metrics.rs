@@ -42,6 +42,11 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HedgeLabels {
+    answered_by: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClassLabels {
     class: &'static str,
 }
@@ -62,6 +67,7 @@ pub struct Metrics {
     errors: Family<ClassLabels, Counter>,
     drift_repairs: Counter,
     objects_applied: Counter,
+    hedged_writes: Family<HedgeLabels, Counter>,
     reconcile_duration: Histogram,
     leader: Gauge,
     holes: Family<HoleLabels, Gauge>,
@@ -99,6 +105,12 @@ impl Default for Metrics {
             "NetworkPolicy writes (server-side applies and deletes)",
             objects_applied.clone(),
         );
+        let hedged_writes = Family::<HedgeLabels, Counter>::default();
+        registry.register(
+            "hedged_writes",
+            "Wall applies sent a second time on a fresh connection after going unanswered past the hedge bound, by which request answered first (first, hedge)",
+            hedged_writes.clone(),
+        );
         let reconcile_duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
         registry.register_with_unit(
             "reconcile_duration",
@@ -135,6 +147,9 @@ impl Default for Metrics {
         ] {
             drop(reconciles.get_or_create(&ResultLabels { result }));
         }
+        for answered_by in HEDGE_ANSWERS {
+            drop(hedged_writes.get_or_create(&HedgeLabels { answered_by }));
+        }
         for class in [ErrorClass::Transient, ErrorClass::Permanent] {
             drop(errors.get_or_create(&ClassLabels {
                 class: class.as_str(),
@@ -154,6 +169,7 @@ impl Default for Metrics {
             errors,
             drift_repairs,
             objects_applied,
+            hedged_writes,
             reconcile_duration,
             leader,
             holes,
@@ -164,7 +180,19 @@ impl Default for Metrics {
     }
 }
 
+/// Which request of a hedged write answered first, as the metric's label says it.
+const HEDGE_ANSWERS: [&str; 2] = ["first", "hedge"];
+
 impl Metrics {
+    /// A write was hedged; `by_hedge`: its hedge answered first.
+    pub fn hedged(&self, by_hedge: bool) {
+        self.hedged_writes
+            .get_or_create(&HedgeLabels {
+                answered_by: HEDGE_ANSWERS[usize::from(by_hedge)],
+            })
+            .inc();
+    }
+
     pub fn reconciled(&self, result: ReconcileResult, duration: Duration) {
         self.reconciles
             .get_or_create(&ResultLabels { result })
@@ -244,6 +272,7 @@ mod tests {
         metrics.drift_repaired(2);
         metrics.objects_applied(4);
         metrics.set_leader(true);
+        metrics.hedged(true);
         let text = metrics.render().unwrap();
         for line in [
             r#"namespace_baseline_reconciles_total{result="success"} 1"#,
@@ -253,6 +282,8 @@ mod tests {
             "namespace_baseline_objects_applied_total 4",
             "namespace_baseline_reconcile_duration_seconds_count 2",
             "namespace_baseline_leader 1",
+            r#"namespace_baseline_hedged_writes_total{answered_by="hedge"} 1"#,
+            r#"namespace_baseline_hedged_writes_total{answered_by="first"} 0"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

@@ -1,9 +1,18 @@
-//! Capped exponential backoff with jitter for transient failures, counted per object and
-//! reset by the first success.
+//! Retries: capped exponential backoff with jitter for transient failures, counted per object
+//! and reset by the first success; the watches' reconnections; the client's retry of the
+//! answers that ask for one (429, 503, 504), which tells a write it was asked to slow down.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use http::header::RETRY_AFTER;
+use http::{Request, Response, StatusCode};
+use kube::client::Body;
+use kube::client::retry::RetryPolicy;
+use tokio::time::{Instant, Sleep};
+use tower::BoxError;
+use tower::retry::Policy;
 
 /// Retry delays: `base * 2^(attempt-1)` capped at `cap`, then "equal jitter" (a random
 /// point in the upper half), so that many failing objects do not retry in lockstep.
@@ -84,8 +93,11 @@ impl Retries {
     }
 }
 
-/// How the watches reconnect after an error: capped exponential backoff with equal jitter,
-/// from [`WatchBackoff::BASE`] to [`WatchBackoff::CAP`], reset by the stream's next success.
+/// How the watches reconnect after an error: the first error at once (a stream that was
+/// working and got cut, the usual case, is resumed without a pause, as client-go's reflector
+/// resumes a watch that lived: a wall deleted during the pause would wait for it), then
+/// capped exponential backoff with equal jitter, from [`WatchBackoff::BASE`] to
+/// [`WatchBackoff::CAP`]; reset by the stream's next success.
 ///
 /// kube's default (client-go's: 0.8 s doubling up to 30 s, reset only after 2 minutes)
 /// left the reconciler blind for up to 30 s after an API server restart: every failed
@@ -116,8 +128,12 @@ impl Iterator for WatchBackoff {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
+        let retried = self.attempt;
         self.attempt = self.attempt.saturating_add(1);
-        Some(self.retries.delay(self.attempt, (self.retries.jitter)()))
+        if retried == 0 {
+            return Some(Duration::ZERO);
+        }
+        Some(self.retries.delay(retried, (self.retries.jitter)()))
     }
 }
 
@@ -149,6 +165,134 @@ impl kube::runtime::utils::Backoff for NoTriggerBackoff {
     fn reset(&mut self) {}
 }
 
+/// Tells a write that the API server answered its request `429 Too Many Requests`, and
+/// until when the client's retry ([`ServerRetry`]) waits the `Retry-After` it gave: the
+/// server asked the client to slow down, so the write is not hedged meanwhile
+/// (reconcile/writes.rs; a second request would be the opposite of slowing down). Carried as
+/// an extension of the request.
+#[derive(Debug, Clone, Default)]
+pub struct Throttled(Arc<Mutex<Option<Instant>>>);
+
+impl Throttled {
+    /// When the retry of the last 429 goes out; `None`: no 429 yet.
+    pub fn retry_at(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, at: Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
+    }
+}
+
+/// The main client's retry of 429, 503 and 504: kube's server-aware policy (exponential
+/// backoff from 5 ms), except that a 429's `Retry-After` is waited here, on tokio's clock
+/// (kube compares it with the standard clock's, which a paused test clock leaves behind), up
+/// to [`ServerRetry::THROTTLED`] times, and the request's [`Throttled`] is told until when.
+#[derive(Clone)]
+pub struct ServerRetry {
+    kube: RetryPolicy,
+    throttled: u32,
+}
+
+impl ServerRetry {
+    /// The most 429s one request waits out (kube's own limit of retries).
+    pub const THROTTLED: u32 = 15;
+}
+
+impl Default for ServerRetry {
+    fn default() -> Self {
+        Self {
+            kube: RetryPolicy::server_retry(),
+            throttled: 0,
+        }
+    }
+}
+
+/// The `Retry-After` of a 429, in whole seconds, as the API server sends it.
+fn retry_after<Res>(result: &Result<Response<Res>, BoxError>) -> Option<Duration> {
+    let response = result.as_ref().ok()?;
+    if response.status() != StatusCode::TOO_MANY_REQUESTS {
+        return None;
+    }
+    let seconds = response.headers().get(RETRY_AFTER)?.to_str().ok()?;
+    Some(Duration::from_secs(seconds.trim().parse().ok()?))
+}
+
+impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for ServerRetry {
+    type Future = Sleep;
+
+    fn retry(
+        &mut self,
+        request: &mut Request<Body>,
+        result: &mut Result<Response<Res>, BoxError>,
+    ) -> Option<Sleep> {
+        let retry = match retry_after(result) {
+            Some(_) if self.throttled >= Self::THROTTLED => return None,
+            Some(delay) => {
+                self.throttled += 1;
+                Some(tokio::time::sleep(delay))
+            }
+            None => self.kube.retry(request, result),
+        };
+        if let (Ok(response), Some(retry)) = (&*result, &retry)
+            && response.status() == StatusCode::TOO_MANY_REQUESTS
+            && let Some(throttled) = request.extensions().get::<Throttled>()
+        {
+            throttled.set(retry.deadline());
+        }
+        retry
+    }
+
+    fn clone_request(&mut self, request: &Request<Body>) -> Option<Request<Body>> {
+        Policy::<Request<Body>, Response<Res>, BoxError>::clone_request(&mut self.kube, request)
+    }
+}
+
+/// The hedge client's retry: what [`ServerRetry`] retries (a 429 after its `Retry-After`),
+/// and besides, since a hedge carries a write that may be sent again with one outcome (a
+/// forced server-side apply), a `500` and a request that got no answer (a dropped
+/// connection), up to [`HedgeRetry::FAILURES`] times, [`HedgeRetry::PAUSE`] apart and
+/// doubling: a hedge that fails at once would otherwise leave its write to the stalled
+/// request it was sent to overtake.
+#[derive(Clone, Default)]
+pub struct HedgeRetry {
+    server: ServerRetry,
+    failures: u32,
+}
+
+impl HedgeRetry {
+    pub const FAILURES: u32 = 3;
+    pub const PAUSE: Duration = Duration::from_millis(20);
+}
+
+impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for HedgeRetry {
+    type Future = Sleep;
+
+    fn retry(
+        &mut self,
+        request: &mut Request<Body>,
+        result: &mut Result<Response<Res>, BoxError>,
+    ) -> Option<Sleep> {
+        let failed = match result {
+            Ok(response) => response.status() == StatusCode::INTERNAL_SERVER_ERROR,
+            Err(_) => true,
+        };
+        if !failed {
+            return self.server.retry(request, result);
+        }
+        if self.failures >= Self::FAILURES {
+            return None;
+        }
+        let pause = Self::PAUSE * (1 << self.failures);
+        self.failures += 1;
+        Some(tokio::time::sleep(pause))
+    }
+
+    fn clone_request(&mut self, request: &Request<Body>) -> Option<Request<Body>> {
+        Policy::<Request<Body>, Response<Res>, BoxError>::clone_request(&mut self.server, request)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,11 +322,12 @@ mod tests {
     }
 
     #[test]
-    fn watch_reconnections_back_off_to_five_seconds_at_most_and_reset() {
+    fn watch_reconnections_start_at_once_back_off_to_five_seconds_at_most_and_reset() {
         use kube::runtime::utils::Backoff as _;
         let mut backoff = WatchBackoff::default();
         let delays: Vec<Duration> = backoff.by_ref().take(12).collect();
-        assert!((Duration::from_millis(250)..=WatchBackoff::BASE).contains(&delays[0]));
+        assert_eq!(delays[0], Duration::ZERO, "a cut stream is resumed at once");
+        assert!((Duration::from_millis(250)..=WatchBackoff::BASE).contains(&delays[1]));
         assert!(
             delays.iter().all(|delay| *delay <= WatchBackoff::CAP),
             "{delays:?}"
@@ -192,6 +337,7 @@ mod tests {
         let outage: Duration = delays.iter().sum();
         assert!(outage < Duration::from_secs(60), "{outage:?}");
         backoff.reset();
+        assert_eq!(backoff.next(), Some(Duration::ZERO));
         assert!(backoff.next().unwrap() <= WatchBackoff::BASE);
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
+use namespace_baseline_leader::HedgeBounds;
 
 use crate::base::error::Result;
 use crate::reconcile::state::State;
@@ -35,6 +36,35 @@ pub struct Settings {
     pub reports: bool,
 }
 
+/// The second path of a hedged write (`writes.rs`): the client whose requests each open a
+/// connection of its own (`runtime/api_client.rs`), and when a hedge may go out.
+#[derive(Clone)]
+pub struct Hedging {
+    pub client: Client,
+    pub bounds: HedgeBounds,
+}
+
+impl Hedging {
+    /// A hedge once a write has gone unanswered for `after`: above a healthy apply's answer
+    /// (milliseconds; a few hundred at a large cluster's p99), below a stalled one's.
+    pub const DEFAULT_AFTER: Duration = Duration::from_millis(300);
+    /// No hedge while more writes than this are in flight: a repair writes one or two
+    /// objects, a pass over many namespaces up to `--concurrency`; a write slow among many is
+    /// waiting in the API server's queue, which a copy would only lengthen.
+    pub const MAX_IN_FLIGHT: usize = 4;
+
+    /// Hedges on `client` after `after`.
+    pub fn new(client: Client, after: Duration) -> Self {
+        Self {
+            client,
+            bounds: HedgeBounds {
+                after,
+                max_in_flight: Self::MAX_IN_FLIGHT,
+            },
+        }
+    }
+}
+
 /// Everything a reconcile needs, for one leadership term.
 pub struct Context {
     pub client: Client,
@@ -47,6 +77,8 @@ pub struct Context {
     pub reports: Reports,
     /// The writes this term's reconciles handed over while still in flight.
     pub writer: Writer,
+    /// How the wall's applies are hedged; `None`: never.
+    pub hedging: Option<Hedging>,
 }
 
 impl Context {
@@ -65,6 +97,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             reports: Reports::new(settings.reports),
             writer: Writer::default(),
+            hedging: None,
             client,
             caches,
             settings,
@@ -78,6 +111,12 @@ impl Context {
     #[must_use]
     pub fn with_writer(self, writer: Writer) -> Self {
         Self { writer, ..self }
+    }
+
+    /// Hedges the wall's applies ([`Hedging`]).
+    #[must_use]
+    pub fn with_hedging(self, hedging: Option<Hedging>) -> Self {
+        Self { hedging, ..self }
     }
 
     /// Runs one write to the API through the leader gate ([`State::write`]).

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::base::metrics::Metrics;
 use crate::base::retry::Retries;
 use crate::view::scope::Scope;
-use namespace_baseline_leader::{LeaderGate, NotLeader, WriteBounds};
+use namespace_baseline_leader::{HedgeBounds, LeaderGate, NotLeader, WriteBounds};
 
 use crate::base::error::{Error, Result};
 
@@ -115,6 +115,33 @@ impl State {
             .write(WRITE_BOUNDS, request)
             .await
             .map_err(|NotLeader| Error::NotLeader)
+    }
+
+    /// Runs one write through the leader gate as [`State::write`] does, sending `second()`
+    /// (the same write on the hedge client) when the first request is still unanswered past
+    /// `hedge.after`, not before `held()` (a `Retry-After` running) has passed
+    /// (`LeaderGate::write_hedged`); counts the hedges.
+    pub async fn write_hedged<T, R>(
+        &self,
+        hedge: HedgeBounds,
+        first: R,
+        held: impl Fn() -> Option<Instant>,
+        second: impl FnOnce() -> R,
+    ) -> Result<kube::Result<T>>
+    where
+        R: Future<Output = kube::Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let written = self
+            .leader
+            .write_hedged(WRITE_BOUNDS, hedge, first, held, second)
+            .await
+            .map_err(|NotLeader| Error::NotLeader)?;
+        if written.hedged {
+            self.metrics
+                .hedged(written.answered_by == namespace_baseline_leader::Attempt::Hedge);
+        }
+        Ok(written.answer)
     }
 
     pub fn new(leader: Arc<LeaderGate>) -> Self {

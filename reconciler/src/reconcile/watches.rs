@@ -14,31 +14,33 @@ use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::StreamExt;
 use futures::channel::mpsc;
 use futures::stream::{self, BoxStream};
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use namespace_baseline_core::facts::PolicyFacts;
 use namespace_baseline_core::spec::NamespaceBaseline;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
 use crate::base::retry::{NoTriggerBackoff, WatchBackoff};
-use crate::reconcile::context::{Context, Settings};
+use crate::reconcile::context::{Context, Hedging, Settings};
 use crate::reconcile::controller::{error_policy, reconcile};
 use crate::reconcile::state::State;
 use crate::reconcile::writer::Writer;
 use crate::view::caches::{Caches, DnsWatches, ListTracker};
-use crate::view::namespace_cache::CachedNamespace;
-use crate::view::namespace_cache::NamespaceMeta;
-use crate::view::policy_cache::slim_policy;
-use crate::view::policy_cache::{CachedPolicy, PolicyCache};
+use crate::view::namespace_cache::{CachedNamespace, NamespaceMeta};
+use crate::view::policy_cache::{CachedPolicy, PolicyCache, slim_policy};
 use crate::view::reports::follow;
-use crate::view::triggers::{NamespaceEvents, baselines_for_dns, baselines_for_policy};
+use crate::view::triggers::{
+    NamespaceEvents, Trigger, Triggered, baselines_for_dns, baselines_for_policy,
+};
+use crate::view::watched_cache::{WatchedCache, same_content, same_version};
 
 /// What, in a baseline, calls for a reconcile: a new object (uid), a spec change
 /// (generation), its finalizers, its deletion. A status write (each reconcile that changes
@@ -58,9 +60,6 @@ pub fn baseline_changes(baseline: &NamespaceBaseline) -> Option<u64> {
         .hash(&mut hasher);
     Some(hasher.finish())
 }
-
-/// A baseline to reconcile, as the triggers name it.
-type Trigger = ObjectRef<NamespaceBaseline>;
 
 /// Where the watches' triggers go: to the controller of the current term, or nowhere.
 #[derive(Clone, Default)]
@@ -101,6 +100,7 @@ pub struct Watches {
     baselines: Store<NamespaceBaseline>,
     relay: Relay,
     task: JoinHandle<()>,
+    hedging: Option<Hedging>,
 }
 
 impl Drop for Watches {
@@ -119,7 +119,7 @@ impl Watches {
             move || state.health.set_caches_synced(true)
         });
         let (namespaces, namespace_writer) = reflector::store::<CachedNamespace>();
-        let (policies, mut policy_writer) = reflector::store::<CachedPolicy>();
+        let (policies, policy_writer) = reflector::store::<CachedPolicy>();
         let (baselines, baseline_writer) = reflector::store::<NamespaceBaseline>();
         let dns = settings
             .dns_namespace
@@ -136,11 +136,8 @@ impl Watches {
         // write for that namespace (scope.rs).
         let namespace_triggers = {
             let tracker = tracker.clone();
-            let mut events = NamespaceEvents::new(
-                (caches.namespaces.clone(), namespace_writer),
-                caches.dirty.clone(),
-                baselines.clone(),
-            );
+            let mut events =
+                NamespaceEvents::new(namespace_writer, caches.dirty.clone(), baselines.clone());
             watcher(
                 Api::<NamespaceMeta>::all(client.clone()),
                 watcher::Config::default().any_semantic(),
@@ -160,70 +157,81 @@ impl Watches {
             .flat_map(stream::iter)
         };
 
-        // A policy event concerns its namespace only, as a namespace event does.
-        let for_policy = {
-            let baselines = baselines.clone();
-            let caches = caches.clone();
-            move |policy: NetworkPolicy| {
-                let triggered = baselines_for_policy(&policy, &baselines.state(), |name| {
-                    caches.namespace(name)
-                });
-                let namespace = policy.metadata.namespace.as_deref().unwrap_or_default();
-                for baseline in &triggered {
-                    caches.dirty.namespace(&baseline.name, namespace);
-                }
-                triggered
-            }
-        };
+        // A policy event concerns its namespace only, as a namespace event does. The store
+        // holds the compact form; the triggers, the index and the unseen writes read the
+        // changes the store took in.
         let policy_triggers = {
             let tracker = tracker.clone();
-            let (index, unseen) = (caches.index.clone(), caches.unseen.clone());
+            let (baselines, caches) = (baselines.clone(), caches.clone());
             let policy_cache = PolicyCache::default();
+            let mut cache = WatchedCache::new(policy_writer);
             watcher(
                 Api::<NetworkPolicy>::all(client.clone()),
                 watcher::Config::default().any_semantic(),
             )
             .backoff(WatchBackoff::default())
             .modify(slim_policy)
-            .inspect_ok(move |event| {
-                // The store holds the compact form; the triggers read the event's object.
-                policy_writer.apply_watcher_event(&policy_cache.event(event));
-                unseen.observe(event);
-                index.observe(event);
-                tracker.observe(ListTracker::POLICIES, event);
+            .map(move |event| match event {
+                Ok(event) => {
+                    caches.index.observe(&event);
+                    let baselines = baselines.state();
+                    let mut triggered = Triggered::new(&caches.dirty);
+                    let event = policy_cache.event(&event);
+                    cache.apply(&event, same_content, |before, after| {
+                        caches.unseen.changed(before, after);
+                        for policy in [before, after].into_iter().flatten() {
+                            triggered.add(
+                                PolicyFacts::namespace(policy).unwrap_or_default(),
+                                baselines_for_policy(policy, &baselines, |name| {
+                                    caches.namespace(name)
+                                }),
+                            );
+                        }
+                    });
+                    tracker.observe(ListTracker::POLICIES, &event);
+                    triggered.into_baselines()
+                }
+                Err(error) => {
+                    debug!(%error, "policy watch");
+                    Vec::new()
+                }
             })
-            .touched_objects()
-            .flat_map(move |policy| stream::iter(touched(policy, "policy").map(&for_policy)))
             .flat_map(stream::iter)
         };
 
-        let baseline_triggers = watcher(
-            Api::<NamespaceBaseline>::all(client.clone()),
-            watcher::Config::default().any_semantic(),
-        )
-        .backoff(WatchBackoff::default())
-        .reflect(baseline_writer)
-        .inspect_ok({
-            let unseen = caches.unseen.clone();
-            move |event| {
-                unseen.observe(event);
-                tracker.observe(ListTracker::BASELINES, event);
-            }
-        })
-        .applied_objects()
-        .predicate_filter(baseline_changes, PredicateConfig::default())
-        .filter_map({
-            // A new or changed baseline is seen whole.
-            let dirty = caches.dirty.clone();
-            move |baseline| {
-                let baseline = touched(baseline, "baseline").map(|baseline| {
-                    debug!(baseline = %baseline.name_any(), "baseline new or changed");
-                    dirty.all(&baseline.name_any());
-                    ObjectRef::from_obj(&baseline)
-                });
-                std::future::ready(baseline)
-            }
-        });
+        // A new or changed baseline (`baseline_changes`) is seen whole.
+        let baseline_triggers = {
+            let (dirty, unseen) = (caches.dirty.clone(), caches.unseen.clone());
+            let mut cache = WatchedCache::new(baseline_writer);
+            watcher(
+                Api::<NamespaceBaseline>::all(client.clone()),
+                watcher::Config::default().any_semantic(),
+            )
+            .backoff(WatchBackoff::default())
+            .map(move |event| match event {
+                Ok(event) => {
+                    let mut triggered = Vec::new();
+                    cache.apply(&event, same_version, |before, after| {
+                        unseen.changed(before, after);
+                        let Some(after) = after else {
+                            return;
+                        };
+                        if before.and_then(baseline_changes) != baseline_changes(after) {
+                            debug!(baseline = %after.name_any(), "baseline new or changed");
+                            dirty.all(&after.name_any());
+                            triggered.push(ObjectRef::from_obj(after));
+                        }
+                    });
+                    tracker.observe(ListTracker::BASELINES, &event);
+                    triggered
+                }
+                Err(error) => {
+                    debug!(%error, "baseline watch");
+                    Vec::new()
+                }
+            })
+            .flat_map(stream::iter)
+        };
 
         let mut triggers: Vec<BoxStream<'static, Trigger>> = vec![
             baseline_triggers.boxed(),
@@ -234,25 +242,11 @@ impl Watches {
             // A change in the DNS namespace re-checks the doors of the baselines it serves.
             let namespace = dns.caches.namespace.clone();
             let store = baselines.clone();
-            let for_dns = move |touched: bool| {
-                if touched {
-                    baselines_for_dns(&namespace, &store.state())
-                } else {
-                    Vec::new()
-                }
-            };
-            let (service, slice, pod) = (for_dns.clone(), for_dns.clone(), for_dns);
-            triggers.extend([
-                dns.services
-                    .flat_map(move |object| stream::iter(service(touched(object, "dns").is_some())))
+            triggers.push(
+                dns.changes
+                    .flat_map(move |()| stream::iter(baselines_for_dns(&namespace, &store.state())))
                     .boxed(),
-                dns.slices
-                    .flat_map(move |object| stream::iter(slice(touched(object, "dns").is_some())))
-                    .boxed(),
-                dns.pods
-                    .flat_map(move |object| stream::iter(pod(touched(object, "dns").is_some())))
-                    .boxed(),
-            ]);
+            );
         }
         let relay = Relay::default();
         let task = tokio::spawn({
@@ -270,7 +264,15 @@ impl Watches {
             baselines,
             relay,
             task,
+            hedging: None,
         }
+    }
+
+    /// Each term's writes of the wall are hedged so (`writes.rs`).
+    #[must_use]
+    pub fn with_hedging(mut self, hedging: Option<Hedging>) -> Self {
+        self.hedging = hedging;
+        self
     }
 
     /// Runs the controller for one leadership term, until `stop` resolves (shutdown or lost
@@ -312,7 +314,8 @@ impl Watches {
                 state,
                 instance,
             )
-            .with_writer(Writer::new(landed)),
+            .with_writer(Writer::new(landed))
+            .with_hedging(self.hedging.clone()),
         );
         // OpenReports: followed beside the controller; their appearance reconciles every baseline.
         let (reports, reports_appeared) = follow::follow(
@@ -353,10 +356,6 @@ impl Watches {
     }
 }
 
-/// The object a watch touched, or `None` (logged) for the watch's error: each watch backs off
-/// and resumes on its own.
-fn touched<K>(object: Result<K, watcher::Error>, watch: &str) -> Option<K> {
-    object
-        .inspect_err(|error| debug!(%error, watch, "watch error"))
-        .ok()
-}
+#[cfg(test)]
+#[path = "watches_tests.rs"]
+mod tests;

@@ -2,6 +2,7 @@
 //! through [`Context::write`], which holds it back unless this replica may write (the leader
 //! gate) and bounds it by the lease.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use futures::stream::FuturesUnordered;
@@ -9,7 +10,7 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use namespace_baseline_core::identity::FIELD_MANAGER;
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
 use namespace_baseline_core::wall::{Change, Drift};
@@ -18,6 +19,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::base::error::{Error, Result};
+use crate::base::retry::Throttled;
 use crate::reconcile::context::Context;
 use crate::reconcile::writer::{HANDOFF, Outcome, WriteTask, count, target};
 use crate::view::unseen_writes::PendingWrites;
@@ -159,7 +161,10 @@ async fn apply_change(ctx: &Context, change: &Change) -> Result<()> {
 }
 
 /// Server-side apply of the whole object under our field manager, forced: every spec field
-/// is named, so the apply also resets what another manager changed or added.
+/// is named, so the apply also resets what another manager changed or added. The same apply
+/// sent twice has one outcome, so it is hedged ([`Context::hedging`]): still unanswered after
+/// the bound, it goes out again on a fresh connection and the first success is the answer;
+/// not while the API server has asked it to slow down (a 429's `Retry-After`: `Throttled`).
 async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> {
     let (Some(namespace), Some(name)) = (&policy.metadata.namespace, &policy.metadata.name) else {
         return Err(Error::MissingField {
@@ -167,21 +172,28 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
             field: "metadata.namespace/name",
         });
     };
-    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);
-    let applied = ctx
-        .write(api.patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(policy),
-        ))
-        .await
-        .and_then(|answer| {
-            answer.map_err(|source| Error::Apply {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                source: Box::new(source),
-            })
-        });
+    let throttled = Throttled::default();
+    let first = apply_request(&ctx.client, policy, Some(throttled.clone()));
+    let answer = match &ctx.hedging {
+        Some(hedging) => {
+            ctx.state
+                .write_hedged(
+                    hedging.bounds,
+                    first,
+                    move || throttled.retry_at(),
+                    || apply_request(&hedging.client, policy, None),
+                )
+                .await
+        }
+        None => ctx.write(first).await,
+    };
+    let applied = answer.and_then(|answer| {
+        answer.map_err(|source| Error::Apply {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            source: Box::new(source),
+        })
+    });
     if applied.is_err() {
         // Nothing for the watch to show (or nothing known): the next plan may write it.
         ctx.caches.unseen.apply_failed(namespace, name);
@@ -191,6 +203,33 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
     applied?;
     debug!(%namespace, %name, "applied");
     Ok(())
+}
+
+/// The request of one forced server-side apply of `policy` on `client` (as `Api::patch`
+/// builds it), carrying `throttled` for the client's retry to mark.
+fn apply_request(
+    client: &Client,
+    policy: &NetworkPolicy,
+    throttled: Option<Throttled>,
+) -> impl Future<Output = kube::Result<NetworkPolicy>> + Send + 'static {
+    let request = kube::core::Request::new(NetworkPolicy::url_path(
+        &(),
+        policy.metadata.namespace.as_deref(),
+    ))
+    .patch(
+        policy.metadata.name.as_deref().unwrap_or_default(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(policy),
+    );
+    let client = client.clone();
+    async move {
+        let mut request = request.map_err(kube::Error::BuildRequest)?;
+        request.extensions_mut().insert("patch");
+        if let Some(throttled) = throttled {
+            request.extensions_mut().insert(throttled);
+        }
+        client.request::<NetworkPolicy>(request).await
+    }
 }
 
 async fn delete(ctx: &Context, namespace: &str, name: &str) -> Result<()> {

@@ -1,5 +1,6 @@
-//! The reconciler's Kubernetes client: kube's default stack, with `TCP_NODELAY` on its
-//! connections.
+//! The reconciler's Kubernetes clients: kube's default stack, with `TCP_NODELAY` on its
+//! connections and a retry that tells a write of each 429 (base/retry.rs); and the client of
+//! hedged writes, whose every request opens a connection of its own.
 //!
 //! kube 4.2 builds its connector with hyper-util's default, Nagle's algorithm on. On a new
 //! connection whose TLS session is resumed, the client's `Finished` and its first request
@@ -23,7 +24,6 @@ use hyper::body::Incoming;
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ConfigExt};
 use kube::{Client, Config};
 use tower::ServiceBuilder;
@@ -33,9 +33,33 @@ use tower_http::trace::TraceLayer;
 use tracing::Span;
 
 use crate::base::error::{Error, Result};
+use crate::base::retry::{HedgeRetry, ServerRetry};
 
-/// A client for `config`, as kube would build it but with `TCP_NODELAY` set.
+/// A client for `config`, as kube would build it but with `TCP_NODELAY` set and its retry
+/// telling a request of each 429 (`ServerRetry`).
 pub fn client(config: Config) -> Result<Client> {
+    build(config, Stack::Pooled)
+}
+
+/// The client of hedged writes (reconcile/writes.rs): the same stack, except that each
+/// request opens a connection of its own, closed after its answer (a stalled request's
+/// pooled connection may be the stalled one; in a real cluster a new connection may reach
+/// another API server instance behind the load balancer), and that a failed request is
+/// retried as a write that may be sent twice allows (`HedgeRetry`).
+pub fn hedge_client(config: Config) -> Result<Client> {
+    build(config, Stack::Hedge)
+}
+
+/// How a client's requests travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stack {
+    /// kube's: pooled connections, the retry of 429, 503 and 504.
+    Pooled,
+    /// A connection per request; also retries a 500 and a request without an answer.
+    Hedge,
+}
+
+fn build(config: Config, stack: Stack) -> Result<Client> {
     let wrap = |error: kube::Error| Error::Client(Box::new(error));
     if let Some(proxy_url) = &config.proxy_url {
         let proxy_url = proxy_url.clone();
@@ -59,15 +83,21 @@ pub fn client(config: Config) -> Result<Client> {
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
-    let hyper_client: hyper_util::client::legacy::Client<_, Body> =
-        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector);
+    let mut builder = hyper_util::client::legacy::Builder::new(TokioExecutor::new());
+    if stack == Stack::Hedge {
+        builder.pool_max_idle_per_host(0);
+    }
+    let hyper_client: hyper_util::client::legacy::Client<_, Body> = builder.build(connector);
 
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
-            config
-                .default_retry
-                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+            (config.default_retry && stack == Stack::Pooled)
+                .then(|| RetryLayer::new(ServerRetry::default())),
+        )
+        .option_layer(
+            (config.default_retry && stack == Stack::Hedge)
+                .then(|| RetryLayer::new(HedgeRetry::default())),
         )
         .option_layer(config.auth_layer().map_err(wrap)?)
         .layer(config.extra_headers_layer().map_err(wrap)?)
@@ -189,6 +219,104 @@ mod tests {
                 "{head}"
             );
         }
+    }
+
+    /// A 429 is retried after its `Retry-After`, and the request that carried a
+    /// `Throttled` learns it was asked to slow down (its write is then not hedged).
+    #[tokio::test]
+    async fn a_429_is_retried_and_tells_the_request_it_was_throttled() {
+        let (url, heads) = server(&[429, 200]).await;
+        let client = client(Config::new(url.parse().unwrap())).unwrap();
+        let throttled = crate::base::retry::Throttled::default();
+        let mut request = http::Request::get("/version").body(Vec::new()).unwrap();
+        request.extensions_mut().insert(throttled.clone());
+        let asked = tokio::time::Instant::now();
+        let version: k8s_openapi::apimachinery::pkg::version::Info =
+            client.request(request).await.unwrap();
+        assert_eq!(version.git_version, "v1.36.5");
+        assert_eq!(heads.lock().unwrap().len(), 2);
+        let retry_at = throttled.retry_at().expect("told of the 429");
+        assert!(retry_at >= asked && retry_at <= tokio::time::Instant::now());
+
+        let (url, _) = server(&[200]).await;
+        let client = super::client(Config::new(url.parse().unwrap())).unwrap();
+        let calm = crate::base::retry::Throttled::default();
+        let mut request = http::Request::get("/version").body(Vec::new()).unwrap();
+        request.extensions_mut().insert(calm.clone());
+        let _: k8s_openapi::apimachinery::pkg::version::Info =
+            client.request(request).await.unwrap();
+        assert_eq!(calm.retry_at(), None);
+    }
+
+    /// An API server that keeps connections open and answers every request with the version
+    /// document; counts the connections it accepted.
+    async fn keep_alive_server() -> (String, Arc<Mutex<usize>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(Mutex::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                *count.lock().unwrap() += 1;
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while socket.read(&mut byte).await.is_ok_and(|n| n == 1) {
+                        head.push(byte[0]);
+                        if head.ends_with(b"\r\n\r\n") {
+                            head.clear();
+                            let response = format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{VERSION}",
+                                VERSION.len()
+                            );
+                            socket.write_all(response.as_bytes()).await.unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    /// The main client reuses its connection; the hedge client opens one per request.
+    #[tokio::test]
+    async fn a_hedge_goes_out_on_a_fresh_connection() {
+        for (build, connections) in [
+            (client as fn(Config) -> Result<Client>, 1),
+            (hedge_client, 3),
+        ] {
+            let (url, accepted) = keep_alive_server().await;
+            let client = build(Config::new(url.parse().unwrap())).unwrap();
+            for _ in 0..3 {
+                client.apiserver_version().await.unwrap();
+            }
+            assert_eq!(*accepted.lock().unwrap(), connections);
+        }
+    }
+
+    /// A hedge carries a write that may be sent again: a 500 is retried too (the main client
+    /// leaves that to the reconcile), a bounded number of times.
+    #[tokio::test]
+    async fn a_hedge_retries_a_server_error() {
+        let (url, heads) = server(&[500, 503, 200]).await;
+        let version = hedge_client(Config::new(url.parse().unwrap()))
+            .unwrap()
+            .apiserver_version()
+            .await
+            .unwrap();
+        assert_eq!(version.git_version, "v1.36.5");
+        assert_eq!(heads.lock().unwrap().len(), 3);
+
+        let (url, heads) = server(&[500, 500, 500, 500, 200]).await;
+        let error = hedge_client(Config::new(url.parse().unwrap()))
+            .unwrap()
+            .apiserver_version()
+            .await
+            .unwrap_err();
+        assert!(matches!(error, kube::Error::Api(_)), "{error:?}");
+        let attempts = heads.lock().unwrap().len();
+        assert_eq!(attempts, 1 + HedgeRetry::FAILURES as usize);
     }
 
     /// A proxy is refused as kube's own builder refuses it without its proxy features.

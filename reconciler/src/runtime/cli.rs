@@ -152,6 +152,13 @@ pub struct RunOptions {
     #[arg(long, global = true, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
+    /// Hedge a wall apply unanswered this long: send it again on a fresh connection and take
+    /// the first answer (at most once per write, not while a 429's Retry-After runs, never
+    /// while more than a few writes are in flight). Above a healthy apply's answer, below a
+    /// stalled one's; "0" turns hedging off.
+    #[arg(long, global = true, default_value = "300ms", value_parser = parse_duration_or_zero)]
+    pub hedge_after: Duration,
+
     /// Write an OpenReports Report per covered namespace while the openreports.io CRDs are
     /// served (found through discovery every 20 s); false: never ask, watch or write.
     #[arg(
@@ -227,14 +234,19 @@ impl clap::Args for ElectionClocks {
 
 /// A duration in humantime ("90s", "5m", "1h 30m") or in seconds ("300").
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = match text.parse::<u64>() {
-        Ok(seconds) => Duration::from_secs(seconds),
-        Err(_) => humantime::parse_duration(text).map_err(|error| error.to_string())?,
-    };
+    let duration = parse_duration_or_zero(text)?;
     if duration.is_zero() {
         return Err("must be greater than zero".to_owned());
     }
     Ok(duration)
+}
+
+/// A duration ("300ms", "2s", or seconds), zero allowed (meaning off).
+fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
+    match text.parse::<u64>() {
+        Ok(seconds) => Ok(Duration::from_secs(seconds)),
+        Err(_) => humantime::parse_duration(text).map_err(|error| error.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -263,6 +275,11 @@ mod tests {
         assert_eq!(cli.run.log_format, LogFormat::Text);
         assert_eq!(cli.run.concurrency, 64);
         assert_eq!(cli.run.timing.0, Timing::DEFAULT);
+        assert_eq!(cli.run.hedge_after, Duration::from_millis(300));
+        assert_eq!(
+            parse(&["--hedge-after", "0"]).run.hedge_after,
+            Duration::ZERO
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use crate::base::error::{Error, Result};
-use crate::reconcile::context::Settings;
+use crate::reconcile::context::{Hedging, Settings};
 use crate::reconcile::state::State;
 use crate::reconcile::watches::Watches;
 use crate::runtime::api_client;
@@ -34,25 +34,40 @@ pub async fn config() -> Result<kube::Config> {
 
 /// `namespace-baseline-reconciler/<version> (<identity>)`: every replica runs as the same
 /// ServiceAccount, so the User-Agent is what tells them apart in the API server's audit log.
-fn user_agent(identity: &str) -> Option<HeaderValue> {
+/// A hedge (`reconcile/writes.rs`) says so before the identity:
+/// `namespace-baseline-reconciler/<version> hedge (<identity>)`.
+fn user_agent(identity: &str, hedge: bool) -> Option<HeaderValue> {
     let printable: String = identity
         .chars()
         .map(|c| if c.is_ascii_graphic() { c } else { '_' })
         .collect();
     HeaderValue::from_str(&format!(
-        "namespace-baseline-reconciler/{} ({printable})",
-        env!("CARGO_PKG_VERSION")
+        "namespace-baseline-reconciler/{}{} ({printable})",
+        env!("CARGO_PKG_VERSION"),
+        if hedge { " hedge" } else { "" }
     ))
     .ok()
 }
 
-pub async fn run(options: RunOptions) -> Result<()> {
-    let mut config = config().await?;
-    let identity = identity(options.identity.clone());
-    if let Some(agent) = user_agent(&identity) {
+/// `config` with the User-Agent of `identity` (a hedge's, with `hedge`).
+fn with_user_agent(mut config: kube::Config, identity: &str, hedge: bool) -> kube::Config {
+    if let Some(agent) = user_agent(identity, hedge) {
         config.headers.push((USER_AGENT, agent));
     }
-    let client = api_client::client(config)?;
+    config
+}
+
+pub async fn run(options: RunOptions) -> Result<()> {
+    let config = config().await?;
+    let identity = identity(options.identity.clone());
+    let client = api_client::client(with_user_agent(config.clone(), &identity, false))?;
+    let hedging = match options.hedge_after {
+        Duration::ZERO => None,
+        after => Some(Hedging::new(
+            api_client::hedge_client(with_user_agent(config, &identity, true))?,
+            after,
+        )),
+    };
     let timing = options.timing.0;
     let gate = Arc::new(if options.leader_election {
         LeaderGate::elected(timing)
@@ -107,7 +122,7 @@ pub async fn run(options: RunOptions) -> Result<()> {
         reports: options.openreports,
     };
     // Started before the first term: a standby keeps its caches warm for a take-over.
-    let watches = Watches::start(client, settings, state.clone());
+    let watches = Watches::start(client, settings, state.clone()).with_hedging(hedging);
     let result = lead_while_elected(&watches, &state, &identity, timing, shutdown).await;
     drop(watches);
     let finished = finish(server, election).await;

@@ -3,22 +3,25 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
+use kube::runtime::watcher::{self, watcher};
 use namespace_baseline_core::DnsSpec;
 use namespace_baseline_core::doors::{DnsObjects, Reachability, check_dns_objects};
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::base::error::{Error, Result};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
 use crate::view::scope::{Dirty, MatchedNamespaces, PolicyIndex, Scope};
 use crate::view::unseen_writes::UnseenWrites;
+use crate::view::watched_cache::{WatchedCache, same_version};
 
 /// The watch caches a reconcile reads the cluster from: no LIST or GET on the hot path.
 #[derive(Clone)]
@@ -118,38 +121,48 @@ pub struct DnsCaches {
     listed: Arc<[AtomicBool; 3]>,
 }
 
-/// The objects of one watch, as it touches them.
-pub type Touched<K> = BoxStream<'static, Result<K, watcher::Error>>;
+/// One item for each event of a watch that changed its cache (a live event, or a relist
+/// that found something new, changed or gone: `watched_cache.rs`).
+pub type Changes = BoxStream<'static, ()>;
 
 /// The DNS namespace's watches, and the caches they fill.
 pub struct DnsWatches {
     pub caches: DnsCaches,
-    pub services: Touched<PartialObjectMeta<Service>>,
-    pub slices: Touched<EndpointSlice>,
-    pub pods: Touched<PartialObjectMeta<Pod>>,
+    /// The changes of all three caches.
+    pub changes: Changes,
 }
 
 impl DnsWatches {
     /// The three watches of `namespace` (not yet polled).
     pub fn new(client: &kube::Client, namespace: &str) -> Self {
-        use futures::{StreamExt as _, TryStreamExt as _};
         use kube::Api;
-        use kube::runtime::WatchStreamExt as _;
 
         let (services, service_writer) = reflector::store::<PartialObjectMeta<Service>>();
         let (slices, slice_writer) = reflector::store::<EndpointSlice>();
         let (pods, pod_writer) = reflector::store::<PartialObjectMeta<Pod>>();
         let listed: Arc<[AtomicBool; 3]> = Arc::default();
-        let config = || watcher::Config::default().any_semantic();
-        let observe = |index: usize| {
+        let on_listed = |index: usize| {
             let listed = listed.clone();
-            move |init_done: bool| {
-                if init_done {
-                    listed[index].store(true, Ordering::Release);
-                }
-            }
+            move || listed[index].store(true, Ordering::Release)
         };
-        let (on_service, on_slice, on_pod) = (observe(0), observe(1), observe(2));
+        let changes = futures::stream::select_all([
+            changes(
+                Api::namespaced(client.clone(), namespace),
+                service_writer,
+                on_listed(0),
+            ),
+            changes(
+                Api::namespaced(client.clone(), namespace),
+                slice_writer,
+                on_listed(1),
+            ),
+            changes(
+                Api::namespaced(client.clone(), namespace),
+                pod_writer,
+                on_listed(2),
+            ),
+        ])
+        .boxed();
         DnsWatches {
             caches: DnsCaches {
                 namespace: namespace.to_owned(),
@@ -158,26 +171,51 @@ impl DnsWatches {
                 pods,
                 listed: listed.clone(),
             },
-            services: watcher(Api::namespaced(client.clone(), namespace), config())
-                .backoff(crate::base::retry::WatchBackoff::default())
-                .reflect(service_writer)
-                .inspect_ok(move |event| on_service(matches!(event, watcher::Event::InitDone)))
-                .touched_objects()
-                .boxed(),
-            slices: watcher(Api::namespaced(client.clone(), namespace), config())
-                .backoff(crate::base::retry::WatchBackoff::default())
-                .reflect(slice_writer)
-                .inspect_ok(move |event| on_slice(matches!(event, watcher::Event::InitDone)))
-                .touched_objects()
-                .boxed(),
-            pods: watcher(Api::namespaced(client.clone(), namespace), config())
-                .backoff(crate::base::retry::WatchBackoff::default())
-                .reflect(pod_writer)
-                .inspect_ok(move |event| on_pod(matches!(event, watcher::Event::InitDone)))
-                .touched_objects()
-                .boxed(),
+            changes,
         }
     }
+}
+
+/// A watch of `api` into the cache `writer` fills, as the changes it makes; `on_listed` is
+/// told of each completed list.
+fn changes<K>(
+    api: kube::Api<K>,
+    writer: Writer<K>,
+    on_listed: impl Fn() + Send + 'static,
+) -> Changes
+where
+    K: kube::Resource<DynamicType = ()>
+        + Lookup<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt as _;
+
+    let mut cache = WatchedCache::new(writer);
+    watcher(api, watcher::Config::default().any_semantic())
+        .backoff(crate::base::retry::WatchBackoff::default())
+        .filter_map(move |event| {
+            let changed = match event {
+                Ok(event) => {
+                    let mut changed = false;
+                    cache.apply(&event, same_version, |_, _| changed = true);
+                    if matches!(event, watcher::Event::InitDone) {
+                        on_listed();
+                    }
+                    changed
+                }
+                Err(error) => {
+                    debug!(%error, watch = "dns", "watch error");
+                    false
+                }
+            };
+            std::future::ready(changed.then_some(()))
+        })
+        .boxed()
 }
 
 impl DnsCaches {

@@ -11,3 +11,4 @@ pub mod reports;
 pub mod scope;
 pub mod triggers;
 pub mod unseen_writes;
+pub mod watched_cache;

@@ -22,7 +22,8 @@ pub type NamespaceMeta = PartialObjectMeta<Namespace>;
 pub struct CachedNamespace {
     name: Box<str>,
     labels: Labels,
-    terminating: bool,
+    /// Being deleted (read it as `NamespaceFacts::terminating`; the triggers read the field).
+    pub(crate) terminating: bool,
 }
 
 /// A namespace's labels: pairs sorted by key, in one boxed slice.

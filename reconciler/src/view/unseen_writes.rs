@@ -40,10 +40,12 @@ use std::time::Duration;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::runtime::watcher;
+use namespace_baseline_core::facts::PolicyFacts;
 use namespace_baseline_core::identity::claims_management;
 use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
 use tokio::time::Instant;
 
+use crate::view::policy_cache::CachedPolicy;
 use crate::view::reports::object::Report;
 
 /// How long each kind of memory waits for the watch, in one place.
@@ -196,25 +198,36 @@ pub(crate) trait Watched {
     fn shown(&self, memory: &mut Memory, deleted: bool);
 }
 
+/// A policy the watch showed, as watched or as the cache keeps it.
+fn policy_shown(policy: &impl PolicyFacts, memory: &mut Memory, deleted: bool) {
+    let (Some(namespace), Some(name)) = (policy.namespace(), policy.name()) else {
+        return;
+    };
+    // Created, changed or deleted: an apply of it is no longer unseen.
+    memory.update_policy(namespace, name, |policy| policy.applying = None);
+    let managed = policy.labels().is_some_and(claims_management);
+    if !deleted || !managed {
+        return;
+    }
+    let now = Instant::now();
+    let own = memory.read_policy(namespace, name).deleting.is_some();
+    if own {
+        memory.update_policy(namespace, name, |policy| policy.deleting = None);
+    } else {
+        memory.registering();
+        memory.policy(namespace, name).deleted_by_others = Some(now);
+    }
+}
+
 impl Watched for NetworkPolicy {
     fn shown(&self, memory: &mut Memory, deleted: bool) {
-        let (Some(namespace), Some(name)) = (&self.metadata.namespace, &self.metadata.name) else {
-            return;
-        };
-        // Created, changed or deleted: an apply of it is no longer unseen.
-        memory.update_policy(namespace, name, |policy| policy.applying = None);
-        let managed = self.metadata.labels.as_ref().is_some_and(claims_management);
-        if !deleted || !managed {
-            return;
-        }
-        let now = Instant::now();
-        let own = memory.read_policy(namespace, name).deleting.is_some();
-        if own {
-            memory.update_policy(namespace, name, |policy| policy.deleting = None);
-        } else {
-            memory.registering();
-            memory.policy(namespace, name).deleted_by_others = Some(now);
-        }
+        policy_shown(self, memory, deleted);
+    }
+}
+
+impl Watched for CachedPolicy {
+    fn shown(&self, memory: &mut Memory, deleted: bool) {
+        policy_shown(self, memory, deleted);
     }
 }
 
@@ -259,6 +272,18 @@ impl UnseenWrites {
             watcher::Event::Init | watcher::Event::InitDone => return,
         };
         object.shown(&mut self.memory(), deleted);
+    }
+
+    /// A change a watch's cache took in (`watched_cache.rs`: a live event, or an object a
+    /// relist showed new, changed or gone), after the cache took it: `after` is shown, or
+    /// `before` deleted. A relist shows no deletion event for what was deleted during its
+    /// watch's gap: this is how such a deletion is seen.
+    pub(crate) fn changed<K: Watched>(&self, before: Option<&K>, after: Option<&K>) {
+        match (before, after) {
+            (_, Some(after)) => after.shown(&mut self.memory(), false),
+            (Some(before), None) => before.shown(&mut self.memory(), true),
+            (None, None) => {}
+        }
     }
 
     // --- Policies ---

@@ -6,9 +6,11 @@ use std::time::Duration;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
+use namespace_baseline_cluster_tests::repairs::policy_writes_and_hedges;
 use namespace_baseline_cluster_tests::{
     FIELD_MANAGER, StatusLog, condition, deny_all_policy_name, dns_policy_name,
-    expected_deny_all_spec, expected_dns_spec, get_policy, managed_policies, spec_json, wait_until,
+    expected_deny_all_spec, expected_dns_spec, get_policy, managed_policies, reconciler_username,
+    spec_json, wait_until,
 };
 use namespace_baseline_core::spec::NamespaceBaselineStatus;
 use serde_json::json;
@@ -305,5 +307,26 @@ async fn s3_watches_repair_drift_within_two_seconds() {
             "unmanaged policy untouched: resourceVersion {bystander_version:?} unchanged, managers {managers:?}"
         ),
     );
+    // A healthy API server answers every apply well within the hedge bound: none was hedged
+    // (issue 38), by the reconciler's count and by the audit log's.
+    let hedged: f64 = ["first", "hedge"]
+        .iter()
+        .map(|by| {
+            reconciler
+                .metric(&format!(
+                    "namespace_baseline_hedged_writes_total{{answered_by=\"{by}\"}}"
+                ))
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(hedged, 0.0, "writes hedged on a healthy API server");
+    if let Some(events) = cluster.audit.requests_since(mark, &reconciler_username()) {
+        let (writes, hedges) = policy_writes_and_hedges(&events, &reconciler_username());
+        figure(
+            "s3",
+            format!("hedged writes: {hedges} hedge requests for {writes} NetworkPolicy writes"),
+        );
+        assert_eq!(hedges, 0, "hedge requests on a healthy API server");
+    }
     assert_rbac_was_enough(&cluster, mark);
 }

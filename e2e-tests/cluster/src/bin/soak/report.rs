@@ -7,6 +7,7 @@ use namespace_baseline_cluster_tests::leadership::ShutdownEnd;
 
 use crate::chaos::{Chaos, Process};
 use crate::check::{Handover, Verdict, write_budget};
+use crate::floor;
 use crate::options::Options;
 
 /// The value at quantile `p` (0..=1) of `samples`, nearest rank.
@@ -82,24 +83,121 @@ pub fn table(
         })
         .collect();
     let handover_goal = Duration::from_secs(17);
-    // Issue 29: repairs that do not queue behind a slow write.
-    let (repair_p50_goal, repair_goal) = (Duration::from_millis(500), Duration::from_millis(2500));
+    // Issue 38: repairs that do not wait for a stalled request.
+    let (repair_p50_goal, repair_goal) = (Duration::from_millis(500), Duration::from_millis(1500));
+    let floor_ratio_goal = 1.2;
+    let floor = floor::floor(options.faults, options.seed);
+    let repair_p99 = quantile(&verdict.repairs_steady, 0.99);
+    let ratio = repair_p99.map(|p99| p99.as_secs_f64() / floor.p99.as_secs_f64().max(1e-3));
+    let hedges_per_1000 = verdict.hedges as f64 * 1000.0 / verdict.first_writes.max(1) as f64;
     let mut out = String::new();
     let _ = writeln!(out, "Soak: {options}.\n");
-    let _ = writeln!(out, "| measure | value | goal |");
+    let _ = writeln!(
+        out,
+        "**Checks**: the soak fails when one fails (`soak: FAIL`).\n"
+    );
+    let _ = writeln!(out, "| check | value | must be |");
     let _ = writeln!(out, "|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| writes outside the writer's lease term (overlaps) | **{}** of {} NetworkPolicy, baseline and Event writes | 0 |",
+        verdict.overlaps.len(),
+        verdict.protected_writes
+    );
+    let _ = writeln!(
+        out,
+        "| leader stops made / succeeded by another replica | {} / {} | {} / {} |",
+        verdict.handovers.len(),
+        verdict
+            .handovers
+            .iter()
+            .filter(|h| h.acquired.is_some())
+            .count(),
+        options.kills,
+        options.kills
+    );
+    let _ = writeln!(
+        out,
+        "| panics / exits not caused by the soak / lease released at the end | {} / {} / {} | 0 / 0 / yes |",
+        verdict.panics,
+        verdict.unexpected_exits.len(),
+        if verdict.lease_released { "yes" } else { "no" }
+    );
+    let _ = writeln!(
+        out,
+        "| the wall and the status converged after the chaos (faults off) | in {} | within 180 s |",
+        ms(Some(converged))
+    );
+    let _ = writeln!(
+        out,
+        "\n**Figures**: measured against their goals; a missed goal is reported here and does not fail the soak.\n"
+    );
+    let _ = writeln!(out, "| figure | value | goal |");
+    let _ = writeln!(out, "|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| drift repair, outside leaderless windows and restarts | {} | p50 ≤ {} ms ({}), p99 ≤ {} ms ({}) |",
+        spread(&verdict.repairs_steady),
+        repair_p50_goal.as_millis(),
+        verdict_of(quantile(&verdict.repairs_steady, 0.5), repair_p50_goal),
+        repair_goal.as_millis(),
+        verdict_of(repair_p99, repair_goal)
+    );
+    let _ = writeln!(
+        out,
+        "| the fault model's floor for that p99: a client that hedges every stalled write at once, retries every other failure at once and honours a 429's Retry-After (no hedge meanwhile), drawn from the proxy's odds at {:.0} % faults | p99 {} (p50 {}); ours {} = **{}** the floor | ≤ {floor_ratio_goal}× ({}) |",
+        options.faults * 100.0,
+        ms(Some(floor.p99)),
+        ms(Some(floor.p50)),
+        ms(repair_p99),
+        ratio.map_or_else(|| "–".to_owned(), |ratio| format!("{ratio:.2}×")),
+        match ratio {
+            Some(ratio) if ratio <= floor_ratio_goal => "met",
+            Some(_) => "missed",
+            None => "no sample",
+        }
+    );
+    let _ = writeln!(
+        out,
+        "| the same repairs, drift made while the leader's NetworkPolicy watch was open | {} | – |",
+        spread(&verdict.repairs_watch_open)
+    );
+    let _ = writeln!(
+        out,
+        "| the same repairs, drift made while the leader's NetworkPolicy watch was down (cut, resuming or relisting) | {} | – |",
+        spread(&verdict.repairs_watch_down)
+    );
+    let _ = writeln!(
+        out,
+        "| hedged writes: hedge requests that reached the API server per 1,000 first requests | {hedges_per_1000:.1} ({} hedges, {} first requests, NetworkPolicy writes of every replica) | – |",
+        verdict.hedges, verdict.first_writes
+    );
+    let _ = writeln!(
+        out,
+        "| drift repair, outside leaderless windows | {} | – |",
+        spread(&verdict.repairs_led)
+    );
+    let _ = writeln!(
+        out,
+        "| drift repair, all | {} ({} drifts with no repair of their own: overwritten, or caught by the final check) | – |",
+        spread(&verdict.repairs_all),
+        verdict.unmatched
+    );
+    let _ = writeln!(
+        out,
+        "| handover: successor takes the Lease → a repair pending at the take-over answered (restarts left out) | {} | ≤ 1 s at the median ({}) |",
+        spread(&verdict.repairs_at_takeover),
+        verdict_of(
+            quantile(&verdict.repairs_at_takeover, 0.5),
+            Duration::from_secs(1)
+        )
+    );
     let _ = writeln!(
         out,
         "| lease terms / handovers | {} terms, {} leader stops: {kills} SIGKILL, {} SIGTERM | ≥ 20 handovers (FULL) |",
         verdict.terms.len(),
         verdict.handovers.len(),
         verdict.handovers.len() - kills
-    );
-    let _ = writeln!(
-        out,
-        "| writes outside the writer's lease term (overlaps) | **{}** of {} NetworkPolicy, baseline and Event writes | 0 |",
-        verdict.overlaps.len(),
-        verdict.protected_writes
     );
     let _ = writeln!(
         out,
@@ -136,45 +234,8 @@ pub fn table(
     );
     let _ = writeln!(
         out,
-        "| drift repair, outside leaderless windows and restarts | {} | p50 ≤ {} ms ({}), p99 ≤ {} ms ({}) |",
-        spread(&verdict.repairs_steady),
-        repair_p50_goal.as_millis(),
-        verdict_of(quantile(&verdict.repairs_steady, 0.5), repair_p50_goal),
-        repair_goal.as_millis(),
-        verdict_of(quantile(&verdict.repairs_steady, 0.99), repair_goal)
-    );
-    let _ = writeln!(
-        out,
-        "| drift repair, outside leaderless windows | {} | – |",
-        spread(&verdict.repairs_led)
-    );
-    let _ = writeln!(
-        out,
-        "| drift repair, all | {} ({} drifts with no repair of their own: overwritten, or caught by the final check) | – |",
-        spread(&verdict.repairs_all),
-        verdict.unmatched
-    );
-    let _ = writeln!(
-        out,
-        "| handover: successor takes the Lease → a repair pending at the take-over answered (restarts left out) | {} | ≤ 1 s (information: under faults) |",
-        spread(&verdict.repairs_at_takeover)
-    );
-    let _ = writeln!(
-        out,
-        "| convergence after the chaos (faults off → exact wall and status) | {} | – |",
-        ms(Some(converged))
-    );
-    let _ = writeln!(
-        out,
         "| max RSS of a replica | {:.1} MiB | – |",
         max_rss as f64 / 1024.0
-    );
-    let _ = writeln!(
-        out,
-        "| panics / exits not caused by the soak / lease released on SIGTERM | {} / {} / {} | 0 / 0 / yes |",
-        verdict.panics,
-        verdict.unexpected_exits.len(),
-        if verdict.lease_released { "yes" } else { "no" }
     );
     let _ = writeln!(out, "| drift made | {} | – |", actions.join(", "));
     let handovers: Vec<String> = verdict
