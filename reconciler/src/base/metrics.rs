@@ -76,6 +76,9 @@ pub struct Metrics {
     api_door_mismatch: Gauge,
     /// The enforcement probe's metrics (base/probe_metrics.rs).
     pub probe: crate::base::probe_metrics::ProbeMetrics,
+    /// The baselines by `Ready`, and the covered namespaces without their wall
+    /// (base/baseline_gauges.rs).
+    pub baselines: crate::base::baseline_gauges::BaselineGauges,
 }
 
 impl Default for Metrics {
@@ -138,6 +141,8 @@ impl Default for Metrics {
         );
         let probe = crate::base::probe_metrics::ProbeMetrics::default();
         probe.register(&mut registry);
+        let baselines = crate::base::baseline_gauges::BaselineGauges::default();
+        baselines.register(&mut registry);
         // Every series exists from the start, at 0: an absent series is then a bug (renamed,
         // never exported), never "nothing happened yet".
         for result in [
@@ -176,6 +181,7 @@ impl Default for Metrics {
             holes_by_baseline: std::sync::Mutex::default(),
             api_door_mismatch,
             probe,
+            baselines,
         }
     }
 }
@@ -227,6 +233,30 @@ impl Metrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         by_baseline.insert(baseline.to_owned(), counts);
+        self.count_holes(&by_baseline);
+    }
+
+    /// Keeps the shares of the baselines `live` says exist in every gauge summed over the
+    /// baselines (holes, `Enforced`, `Ready`, the unwalled namespaces): a baseline deleted
+    /// without a reconcile seeing it go (`Orphan`: no finalizer) takes its share away.
+    pub fn retain_baselines(&self, live: impl Fn(&str) -> bool) {
+        {
+            let mut by_baseline = self
+                .holes_by_baseline
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            by_baseline.retain(|name, _| live(name));
+            self.count_holes(&by_baseline);
+        }
+        for gone in self.probe.baselines() {
+            if !live(&gone) {
+                self.probe.set(&gone, None);
+            }
+        }
+        self.baselines.retain(live);
+    }
+
+    fn count_holes(&self, by_baseline: &HashMap<String, HoleCounts>) {
         for width in Width::ALL {
             for direction in [Direction::Ingress, Direction::Egress] {
                 let total: i64 = by_baseline
@@ -253,6 +283,7 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> Result<String, std::fmt::Error> {
+        self.baselines.refresh();
         let mut text = String::new();
         encode(&mut text, &self.registry)?;
         Ok(text)

@@ -2,6 +2,7 @@
 //! with its Permanent/Transient classification, the metrics, the retry and backoff
 //! policies, and the catching of panics.
 
+pub mod baseline_gauges;
 pub mod error;
 pub mod metrics;
 pub mod panics;

@@ -221,6 +221,10 @@ async fn converge(
     let planner = match planner {
         Ok(planner) => planner,
         Err(spec_error) => {
+            ctx.state
+                .metrics
+                .baselines
+                .no_wall_promised(&baseline.name_any());
             let error = Error::InvalidSpec(spec_error);
             report.failure = Some(Failure::from(&error));
             return Converged {
@@ -261,6 +265,7 @@ async fn converge(
         None
     };
     if baseline.spec.mode == Mode::Audit {
+        ctx.state.metrics.baselines.no_wall_promised(&name);
         report.drifted = planner
             .writes()
             .map(|(_, changes)| count(changes.len()))
@@ -277,9 +282,15 @@ async fn converge(
     // deleted is re-created as the repair of that deletion; a policy this term is writing and
     // the cache does not show yet is left to the reconcile its echo triggers
     // (unseen_writes.rs). Every namespace is passed on, also one with nothing to write, so
-    // that `apply` can yield between them.
+    // that `apply` can yield between them. Whether each namespace's wall was already in place
+    // is noted for the unwalled gauges (a write in flight still counts as not in place).
+    let walls = std::sync::Mutex::new(Vec::new());
     let planned = planner.namespaces().map(|namespace| {
         let name = namespace.namespace.to_owned();
+        walls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((name.clone(), namespace.changes.is_empty()));
         let changes = still_needed(ctx, pending, &name, namespace.changes);
         (name, changes)
     });
@@ -289,6 +300,17 @@ async fn converge(
         Scope::Namespaces(_) => Box::new(planned),
     };
     let mut outcome = apply(ctx, Some(baseline), writes).await;
+    let scoped = match scope {
+        Scope::All => None,
+        Scope::Namespaces(names) => Some(names),
+    };
+    ctx.state.metrics.baselines.planned(
+        &name,
+        walls
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        scoped,
+    );
     // What earlier reconciles handed to the writer and it has collected since: reported here.
     if let Some(landed) = ctx.writer.take(&name) {
         outcome.absorb(landed);
@@ -370,6 +392,7 @@ async fn clean_up(
     ctx.caches.matched.forget(&name);
     ctx.writer.forget(&name);
     ctx.state.metrics.set_holes(&name, []);
+    ctx.state.metrics.baselines.forget(&name);
     if !has_finalizer(baseline) {
         return Ok(Action::await_change());
     }
@@ -404,6 +427,12 @@ async fn write_status(
     report: &Report,
 ) -> Result<bool> {
     let mut desired = status::desired(previous, report, &now());
+    if let Some(ready) = desired.conditions.iter().find(|c| c.type_ == status::READY) {
+        ctx.state
+            .metrics
+            .baselines
+            .set_ready(&baseline.name_any(), &ready.status, &ready.reason);
+    }
     let enforced = crate::reconcile::probe::condition::set(
         &mut desired,
         previous,

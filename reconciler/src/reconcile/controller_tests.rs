@@ -679,6 +679,68 @@ async fn a_forbidden_apply_is_permanent() {
     assert_eq!(event_reasons(&requests), ["Forbidden"]);
 }
 
+/// What the alerts read (base/baseline_gauges.rs): a wall that cannot be written leaves its
+/// namespaces unwalled and its baseline `Ready=False` with the reason; the same baseline in
+/// `Audit` mode promises no wall; a converged one is Ready and leaves none unwalled.
+#[tokio::test]
+async fn the_alerts_gauges_count_unwalled_namespaces_and_baselines_by_ready() {
+    fn has(harness: &Harness, lines: &[&str]) {
+        let text = harness.state.metrics.render().unwrap();
+        for line in lines {
+            assert!(
+                text.lines().any(|l| l == *line),
+                "missing {line} in\n{text}"
+            );
+        }
+    }
+    let forbidden = |request: &Recorded| {
+        if request.path.contains("/networkpolicies/") {
+            failure(403, "Forbidden")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(forbidden));
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    has(
+        &harness,
+        &[
+            "namespace_baseline_unwalled_namespaces 2",
+            r#"namespace_baseline_ready{status="False",reason="Forbidden"} 1"#,
+        ],
+    );
+    let audit = NamespaceBaselineSpec {
+        mode: Mode::Audit,
+        ..seed()
+    };
+    run(&harness, baseline("guarded", audit)).await.unwrap();
+    has(
+        &harness,
+        &[
+            "namespace_baseline_unwalled_namespaces 0",
+            r#"namespace_baseline_ready{status="True",reason="Audited"} 1"#,
+            r#"namespace_baseline_ready{status="False",reason="Forbidden"} 0"#,
+        ],
+    );
+
+    let walled = Harness::new(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a", "team-b"]),
+        Box::new(healthy),
+    );
+    run(&walled, converged(baseline("guarded", seed()), 2))
+        .await
+        .unwrap();
+    has(
+        &walled,
+        &[
+            "namespace_baseline_unwalled_namespaces 0",
+            "namespace_baseline_unwalled_seconds 0.0",
+            r#"namespace_baseline_ready{status="True",reason="WallInPlace"} 1"#,
+        ],
+    );
+}
+
 #[tokio::test]
 async fn a_server_error_requeues_with_growing_backoff_and_success_resets_it() {
     let responder = |request: &Recorded| {

@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use kube::ResourceExt as _;
+use kube::runtime::reflector::Store;
 use namespace_baseline_core::holes::Hole;
+use namespace_baseline_core::spec::NamespaceBaseline;
 
 use tokio::time::Instant;
 
@@ -28,6 +31,9 @@ pub struct State {
     pub holes: KnownHoles,
     /// The enforcement probe's last verdicts (probe/).
     pub probes: crate::reconcile::probe::Results,
+    /// The NamespaceBaselines as their watch holds them, once the watches have started: the
+    /// metrics keep the shares of those that exist only ([`State::render_metrics`]).
+    baselines: std::sync::OnceLock<Store<NamespaceBaseline>>,
 }
 
 /// Holes with the namespace each is in.
@@ -152,7 +158,25 @@ impl State {
             health: Health::default(),
             holes: KnownHoles::default(),
             probes: crate::reconcile::probe::Results::default(),
+            baselines: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The watch's store of NamespaceBaselines (set once, by the watches' start).
+    pub fn watch_baselines(&self, store: Store<NamespaceBaseline>) {
+        let _ = self.baselines.set(store);
+    }
+
+    /// The metrics as `/metrics` serves them. The gauges summed over the baselines first
+    /// lose the shares of baselines that no longer exist: one deleted under `Orphan` is gone
+    /// at once, without a reconcile seeing it go.
+    pub fn render_metrics(&self) -> std::result::Result<String, std::fmt::Error> {
+        if let Some(store) = self.baselines.get() {
+            let live: std::collections::HashSet<String> =
+                store.state().iter().map(|b| b.name_any()).collect();
+            self.metrics.retain_baselines(|name| live.contains(name));
+        }
+        self.metrics.render()
     }
 
     /// Ready: the leadership state is known and the caches are synced. A standby keeps its
@@ -220,6 +244,48 @@ mod tests {
         assert!(!health.is_alive());
         health.beat();
         assert!(health.is_alive());
+    }
+
+    /// A baseline deleted under `Orphan` is never reconciled again: its shares of the gauges
+    /// summed over the baselines go when the watch no longer holds it.
+    #[test]
+    fn the_metrics_keep_only_the_shares_of_baselines_the_watch_holds() {
+        use crate::fixtures::baseline;
+        use kube::runtime::{reflector, watcher};
+        use namespace_baseline_core::NamespaceBaselineSpec;
+
+        let state = State::new(Arc::new(LeaderGate::elected(Timing::DEFAULT)));
+        let (store, mut writer) = reflector::store::<NamespaceBaseline>();
+        let kept = baseline("kept", NamespaceBaselineSpec::new("a=b"));
+        let gone = baseline("gone", NamespaceBaselineSpec::new("c=d"));
+        writer.apply_watcher_event(&watcher::Event::Apply(kept));
+        writer.apply_watcher_event(&watcher::Event::Apply(gone.clone()));
+        state.watch_baselines(store);
+        state
+            .metrics
+            .baselines
+            .set_ready("kept", "True", "WallInPlace");
+        state
+            .metrics
+            .baselines
+            .set_ready("gone", "False", "Forbidden");
+        state
+            .metrics
+            .baselines
+            .planned("gone", [("team-a".to_owned(), false)], None);
+        let has = |line: &str| state.render_metrics().unwrap().lines().any(|l| l == line);
+        assert!(has(
+            r#"namespace_baseline_ready{status="False",reason="Forbidden"} 1"#
+        ));
+        assert!(has("namespace_baseline_unwalled_namespaces 1"));
+        writer.apply_watcher_event(&watcher::Event::Delete(gone));
+        assert!(has(
+            r#"namespace_baseline_ready{status="False",reason="Forbidden"} 0"#
+        ));
+        assert!(has(
+            r#"namespace_baseline_ready{status="True",reason="WallInPlace"} 1"#
+        ));
+        assert!(has("namespace_baseline_unwalled_namespaces 0"));
     }
 
     #[test]

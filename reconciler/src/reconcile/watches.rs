@@ -121,6 +121,7 @@ impl Watches {
         let (namespaces, namespace_writer) = reflector::store::<CachedNamespace>();
         let (policies, policy_writer) = reflector::store::<CachedPolicy>();
         let (baselines, baseline_writer) = reflector::store::<NamespaceBaseline>();
+        state.watch_baselines(baselines.clone());
         let dns = settings
             .dns_namespace
             .as_deref()

@@ -80,7 +80,7 @@ async fn readyz(Shared(state): Shared<Arc<State>>) -> impl IntoResponse {
 }
 
 async fn metrics(Shared(state): Shared<Arc<State>>) -> impl IntoResponse {
-    match state.metrics.render() {
+    match state.render_metrics() {
         Ok(text) => (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
