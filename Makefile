@@ -207,7 +207,7 @@ control-plane:
 # so a missing one stops it before the long build rather than after. Clippy comes last: its
 # check build runs in the background meanwhile (e2e-tests/prebuild.sh), in the time the tests
 # leave the cores idle, instead of five minutes on the critical path.
-TEST_TARGETS := fmt-check workflows-check unit-tests e2e-tests registry-tests playground-tests cluster-tests soak image-tests node-tests manifests-check lint
+TEST_TARGETS := fmt-check workflows-check unit-tests e2e-tests registry-tests playground-tests cluster-tests soak image-tests node-tests manifests-check alerts-check lint
 
 .PHONY: setup
 setup:
@@ -310,6 +310,14 @@ demo:
 .PHONY: chart-check
 chart-check:
 	charts/check.sh
+
+# The chart's alert rules (templates/prometheusrule.yaml) as users' tools check them: promtool
+# (built from the Prometheus Go module on first use, e2e-tests/alerts/build.sh) checks them and
+# runs e2e-tests/alerts/tests.yaml (each alert fired and quiet); every metric they name must be
+# one the reconciler exports (reconciler/tests/alert_metrics.rs).
+.PHONY: alerts-check
+alerts-check:
+	e2e-tests/alerts/check.sh
 
 # Every manifest of deploy/ and every chart rendering applied to the local control plane
 # (or TEST_KUBECONFIG) with strict validation; runs chart-check first.

@@ -95,6 +95,13 @@ refused "a webhook timeout over 30 s" "at '/admissionPolicy/timeoutSeconds'" --s
 refused "a PodMonitor interval in words" "at '/reconciler/podMonitor/interval'" --set reconciler.podMonitor.interval=thirty
 refused "a misspelt PodMonitor key" "at '/reconciler/podMonitor': additional properties 'intervall' not allowed" --set reconciler.podMonitor.intervall=1m
 refused "a zero probe interval" "at '/probe/interval'" --set probe.interval=0s
+refused "an alert's for: in words" "at '/prometheusRule/for/notEnforced'" --set prometheusRule.for.notEnforced=soon
+refused "a misspelt alert in for:" "at '/prometheusRule/for': additional properties 'notEnforce' not allowed" --set prometheusRule.for.notEnforce=1m
+# (A propertyNames failure is reported at a wrong location by Helm's schema library, but
+# names the key.)
+refused "an alert label overriding severity" "invalid propertyName 'severity'" --set prometheusRule.alertLabels.severity=info
+refused "an alert label that is no Prometheus label name" "invalid propertyName 'example.com/team'" --set prometheusRule.alertLabels.example\\.com/team=x
+refused "an unwalled threshold of 0 s" "at '/prometheusRule/unwalledAfterSeconds'" --set prometheusRule.unwalledAfterSeconds=0
 refused "a canary without its labels" "at '/probe/canaries/0'" -f <(printf 'probe:\n  canaries:\n    - {baseline: a, namespace: a-canary}\n')
 refused "a label value that is not a string" "at '/commonLabels/example.com~1critical'" --set commonLabels.example\\.com/critical=true
 
@@ -139,10 +146,17 @@ awk '/^---/ { if (doc ~ /\nkind: ClusterAdmissionPolicy\n/) printf "%s\n", doc; 
   "$OUT/everything.yaml" >"$OUT/everything-admission-policy.yaml"
 expect everything-admission-policy "kind: ClusterAdmissionPolicy"
 no_line everything-admission-policy '^ *namespaceSelector:'
-for kind in Namespace Role RoleBinding NetworkPolicy PodDisruptionBudget NamespaceBaseline ClusterAdmissionPolicy PodMonitor; do
+for kind in Namespace Role RoleBinding NetworkPolicy PodDisruptionBudget NamespaceBaseline ClusterAdmissionPolicy PodMonitor PrometheusRule; do
   no_kind minimal "$kind"
 done
 expect minimal "- --leader-election=false"
+# The alert rules (prometheusRule.enabled): their labels, the runbook page and the values of
+# their thresholds and for:. e2e-tests/alerts/ tests the rules themselves with promtool.
+expect everything "kind: PrometheusRule"
+expect everything "team: platform"
+expect everything "runbook_url: https://wiki.example.com/runbooks/namespace-baseline#namespacebaselinenotenforced"
+expect everything "(namespace_baseline_leader == 1)) > 120"
+expect everything "for: 15m"
 # The enforcement probe (probe.enabled): its flags, the reconciler's own image, a Role for
 # pods in the control namespace and each canary only, the canaries labelled for their wall.
 expect everything "- --probe-image=registry.example.com/mirror/namespace-baseline-reconciler@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"

@@ -62,11 +62,13 @@ apply e2e-tests/manifests/kubewarden-clusteradmissionpolicy-crd.yaml
 # The chart's optional PodMonitor (charts/tests/everything.yaml) against prometheus-operator's
 # own CRD, from its Go module (the newest version the module proxy serves here).
 PROMETHEUS_OPERATOR=github.com/prometheus-operator/prometheus-operator@v0.85.0
-nsb_say "prometheus-operator's PodMonitor CRD ($PROMETHEUS_OPERATOR, from the Go module proxy)"
+nsb_say "prometheus-operator's PodMonitor and PrometheusRule CRDs ($PROMETHEUS_OPERATOR, from the Go module proxy)"
 po_dir="$(cd "$WORK" && GOFLAGS=-mod=mod go mod download -json "$PROMETHEUS_OPERATOR" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
 [[ -f "$po_dir/example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml" ]] ||
   { echo "!! could not download $PROMETHEUS_OPERATOR (its PodMonitor CRD validates the chart's PodMonitor)" >&2; exit 1; }
 apply "$po_dir/example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml"
+# And its PrometheusRule CRD, for the chart's alert rules (prometheusRule.enabled).
+apply "$po_dir/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"
 HELM="$("$ROOT/charts/install-helm.sh" --print-path)"
 helm() { "$HELM" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
 nsb_say "helm install of the chart, default values and an API door (as README.md says; release record in default)"
