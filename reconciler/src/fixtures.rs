@@ -399,6 +399,7 @@ impl Harness {
     pub fn with_namespaces(&self, namespaces: Vec<Namespace>) -> Arc<Context> {
         let mut caches = self.ctx.caches.clone();
         caches.namespaces = namespace_store(namespaces);
+        caches.live = crate::view::scope::LiveNamespaces::new(caches.namespaces.clone());
         self.later(caches)
     }
 

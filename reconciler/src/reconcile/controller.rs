@@ -248,10 +248,8 @@ async fn converge(
                 matched.replace(&name, all)
             }),
     };
-    report.left_out = Some(core_plan::count_left_out(
-        planner.selector(),
-        &ctx.caches.namespaces.state(),
-    ));
+    // Every live namespace the baseline does not match, without a scan (scope.rs).
+    report.left_out = Some(ctx.caches.live.count().saturating_sub(report.namespaces));
     let found = core_plan::holes(&planner, policies);
     let (mut holes, new_holes) = ctx.state.holes.update(&name, scope, &found);
     measure_reach(&mut holes, &ctx.caches);

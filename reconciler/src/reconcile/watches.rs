@@ -137,8 +137,12 @@ impl Watches {
         // write for that namespace (scope.rs).
         let namespace_triggers = {
             let tracker = tracker.clone();
-            let mut events =
-                NamespaceEvents::new(namespace_writer, caches.dirty.clone(), baselines.clone());
+            let mut events = NamespaceEvents::new(
+                namespace_writer,
+                caches.dirty.clone(),
+                baselines.clone(),
+                caches.live.clone(),
+            );
             watcher(
                 Api::<NamespaceMeta>::all(client.clone()),
                 watcher::Config::default().any_semantic(),

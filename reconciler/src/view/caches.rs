@@ -19,7 +19,7 @@ use tracing::{debug, info};
 use crate::base::error::{Error, Result};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
-use crate::view::scope::{Dirty, MatchedNamespaces, PolicyIndex, Scope};
+use crate::view::scope::{Dirty, LiveNamespaces, MatchedNamespaces, PolicyIndex, Scope};
 use crate::view::unseen_writes::UnseenWrites;
 use crate::view::watched_cache::{WatchedCache, same_version};
 
@@ -41,6 +41,8 @@ pub struct Caches {
     pub unseen: UnseenWrites,
     /// The namespaces each baseline matches, for the count of a scoped reconcile.
     pub matched: MatchedNamespaces,
+    /// How many namespaces are live, for the count of those a baseline leaves out.
+    pub live: LiveNamespaces,
     /// Turns `true` once every watch has completed its first list.
     synced: watch::Receiver<bool>,
 }
@@ -53,6 +55,7 @@ impl Caches {
         synced: watch::Receiver<bool>,
     ) -> Self {
         Self {
+            live: LiveNamespaces::new(namespaces.clone()),
             namespaces,
             policies,
             dns,

@@ -9,8 +9,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::watcher;
 use tokio::time::Instant;
+
+use crate::view::namespace_cache::CachedNamespace;
 
 /// The namespaces a reconcile of one baseline must look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,6 +197,60 @@ impl PolicyIndex {
     }
 }
 
+/// How many namespaces are live (in the cache and not terminating), counted without a scan:
+/// the cache's size less the namespaces being deleted, which the namespace watch records here
+/// as it takes each change in (a handful, held by name so that a change seen twice counts
+/// once). A baseline's `namespacesLeftOut` is this count less the namespaces it matches
+/// ([`MatchedNamespaces`]): counted over every namespace on each reconcile, it made a repair's
+/// cost grow with the cluster (issue 38).
+#[derive(Clone)]
+pub struct LiveNamespaces {
+    cache: Store<CachedNamespace>,
+    terminating: Arc<Mutex<HashSet<Box<str>>>>,
+}
+
+impl LiveNamespaces {
+    /// The live namespaces of `cache`: those it holds terminating now are read once (none at
+    /// a process's start); the watch reports the changes after.
+    pub fn new(cache: Store<CachedNamespace>) -> Self {
+        let terminating = cache
+            .state()
+            .iter()
+            .filter(|namespace| namespace.terminating)
+            .filter_map(|namespace| namespace.name().map(|name| name.as_ref().into()))
+            .collect();
+        Self {
+            cache,
+            terminating: Arc::new(Mutex::new(terminating)),
+        }
+    }
+
+    fn terminating(&self) -> MutexGuard<'_, HashSet<Box<str>>> {
+        self.terminating
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The cache took in a change of a namespace: `before` as it held it (`None`: new),
+    /// `after` as it holds it now (`None`: gone).
+    pub fn changed(&self, before: Option<&CachedNamespace>, after: Option<&CachedNamespace>) {
+        let Some(name) = after.or(before).and_then(Lookup::name) else {
+            return;
+        };
+        if after.is_some_and(|after| after.terminating) {
+            self.terminating().insert(name.as_ref().into());
+        } else if before.is_some_and(|before| before.terminating) {
+            self.terminating().remove(name.as_ref());
+        }
+    }
+
+    /// The namespaces in the cache, less those being deleted.
+    pub fn count(&self) -> u32 {
+        let terminating = self.terminating().len();
+        u32::try_from(self.cache.len().saturating_sub(terminating)).unwrap_or(u32::MAX)
+    }
+}
+
 /// The namespaces each baseline's selector matches, as its last full pass and the scoped
 /// reconciles since saw them: a scoped reconcile updates its own namespaces and reads the
 /// status's count from here, without a scan of every namespace (at 5,000 namespaces that
@@ -366,6 +423,61 @@ mod tests {
     }
     fn scope(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn live_namespaces_are_counted_from_the_cache_and_the_changes_the_watch_reports() {
+        use crate::fixtures::namespace;
+        use crate::view::namespace_cache::namespace_meta;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use k8s_openapi::jiff::Timestamp;
+        use kube::runtime::reflector::store::Writer;
+
+        let cached = |name: &str, terminating: bool| {
+            let mut meta = namespace_meta(namespace(name, &[]));
+            if terminating {
+                meta.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+            }
+            CachedNamespace::from(&meta)
+        };
+        let mut writer: Writer<CachedNamespace> = Writer::default();
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(cached("a", false)),
+            watcher::Event::InitApply(cached("b", false)),
+            watcher::Event::InitApply(cached("gone", true)),
+            watcher::Event::InitDone,
+        ] {
+            writer.apply_watcher_event(&event);
+        }
+        let live = LiveNamespaces::new(writer.as_reader());
+        assert_eq!(live.count(), 2, "the one being deleted is not live");
+        // The watch takes each change in, then reports it.
+        let mut change = |before: Option<CachedNamespace>, after: Option<CachedNamespace>| {
+            let event = match (&before, &after) {
+                (_, Some(after)) => watcher::Event::Apply(after.clone()),
+                (Some(before), None) => watcher::Event::Delete(before.clone()),
+                (None, None) => unreachable!(),
+            };
+            writer.apply_watcher_event(&event);
+            live.changed(before.as_ref(), after.as_ref());
+            live.count()
+        };
+        assert_eq!(change(None, Some(cached("c", false))), 3, "created");
+        assert_eq!(
+            change(Some(cached("b", false)), Some(cached("b", true))),
+            2,
+            "b is being deleted"
+        );
+        assert_eq!(
+            change(Some(cached("b", true)), Some(cached("b", true))),
+            2,
+            "the same change seen twice counts once"
+        );
+        assert_eq!(change(Some(cached("b", true)), None), 2, "b is gone");
+        assert_eq!(change(Some(cached("gone", true)), None), 2);
+        assert_eq!(change(Some(cached("a", false)), None), 1, "deleted at once");
+        assert!(live.terminating().is_empty(), "nothing left to forget");
     }
 
     #[test]

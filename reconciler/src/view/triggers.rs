@@ -15,7 +15,7 @@ use namespace_baseline_core::spec::NamespaceBaseline;
 
 use crate::view::namespace_cache::NamespaceMeta;
 use crate::view::namespace_cache::{CachedNamespace, cached_event};
-use crate::view::scope::Dirty;
+use crate::view::scope::{Dirty, LiveNamespaces};
 use crate::view::watched_cache::{WatchedCache, same_content};
 
 /// A baseline to reconcile, as the triggers name it.
@@ -58,6 +58,8 @@ pub struct NamespaceEvents {
     cache: WatchedCache<CachedNamespace>,
     dirty: Dirty,
     baselines: Store<NamespaceBaseline>,
+    /// Told of each change, for the count of live namespaces.
+    live: LiveNamespaces,
 }
 
 impl NamespaceEvents {
@@ -65,11 +67,13 @@ impl NamespaceEvents {
         writer: Writer<CachedNamespace>,
         dirty: Dirty,
         baselines: Store<NamespaceBaseline>,
+        live: LiveNamespaces,
     ) -> Self {
         Self {
             cache: WatchedCache::new(writer),
             dirty,
             baselines,
+            live,
         }
     }
 
@@ -79,6 +83,7 @@ impl NamespaceEvents {
         let mut triggered = Triggered::new(&self.dirty);
         self.cache
             .apply(&cached_event(event), same_content, |before, after| {
+                self.live.changed(before, after);
                 if let Some(name) = after.or(before).and_then(Lookup::name) {
                     triggered.add(&name, baselines_for_namespace(before, after, &baselines));
                 }
@@ -293,10 +298,12 @@ mod tests {
         assert_eq!(dirty.take("guarded", resync), Scope::All, "first pass");
         assert_eq!(dirty.take("tiered", resync), Scope::All, "first pass");
         let (cache, writer) = reflector::store();
+        let live = LiveNamespaces::new(cache.clone());
         let mut events = NamespaceEvents::new(
             writer,
             dirty.clone(),
             crate::fixtures::store(baselines().iter().map(|b| (**b).clone()).collect()),
+            live.clone(),
         );
         let meta = |name: &str, labels: &[(&str, &str)]| namespace_meta(namespace(name, labels));
         let mut observe = |event| names(events.observe(&event));
@@ -349,6 +356,15 @@ mod tests {
             one("team-a"),
             "team-a left by deletion; team-c, unchanged, concerns nobody"
         );
+        // Each change is counted among the live namespaces too.
+        assert_eq!(live.count(), 2);
+        let mut leaving = meta("team-b", &[("baseline", "guarded")]);
+        leaving.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(observe(watcher::Event::Apply(leaving)), ["guarded"]);
+        assert_eq!(live.count(), 1, "team-b is being deleted");
     }
 
     #[test]
