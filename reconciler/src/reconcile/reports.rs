@@ -10,7 +10,7 @@ use futures::{StreamExt, stream};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use namespace_baseline_core::holes::Hole;
-use namespace_baseline_core::identity::{BASELINE_LABEL, FIELD_MANAGER, baseline_label_value};
+use namespace_baseline_core::identity::{FIELD_MANAGER, baseline_label_value};
 use namespace_baseline_core::plan::{self as core_plan, Baseline, Decision, decide};
 use namespace_baseline_core::report::{
     DoorState, EnforcedState, NamespaceState, WallState, namespace_report,
@@ -23,7 +23,8 @@ use crate::reconcile::context::Context;
 use crate::reconcile::probe::condition::ENFORCED;
 use crate::reconcile::status::{self, DnsCheck};
 use crate::view::namespace_cache::CachedNamespace;
-use crate::view::reports::object::{Report, apply_body, desired, report_name, says_the_same, slim};
+use crate::view::reports::known::KnownReport;
+use crate::view::reports::object::{Report, apply_body, desired, report_name};
 use crate::view::reports::stored;
 use crate::view::scope::Scope;
 
@@ -97,7 +98,7 @@ pub async fn write(
         });
         let wanted = desired(&name, namespace, content);
         let known = stored(&store, &ctx.caches.unseen, namespace, &report);
-        if !known.is_some_and(|known| says_the_same(&wanted, &known)) {
+        if !known.is_some_and(|known| known.says(&wanted)) {
             writes.push(Write::Apply(Box::new(wanted)));
         }
     }
@@ -113,8 +114,8 @@ pub async fn write(
         Scope::All => store
             .state()
             .iter()
-            .filter(|stored| stored.labels().get(BASELINE_LABEL) == Some(&label))
-            .filter_map(|stored| stored.namespace())
+            .filter(|stored| stored.baseline() == Some(label.as_str()))
+            .map(|stored| stored.namespace().to_owned())
             .filter(|namespace| !covered.contains(namespace.as_str()))
             .filter(|namespace| stored(&store, &ctx.caches.unseen, namespace, &report).is_some())
             .collect(),
@@ -173,8 +174,8 @@ pub async fn remove_all(ctx: &Context, name: &str) -> Result<()> {
     let writes: Vec<Write> = store
         .state()
         .iter()
-        .filter(|stored| stored.labels().get(BASELINE_LABEL) == Some(&label))
-        .filter_map(|stored| stored.namespace())
+        .filter(|stored| stored.baseline() == Some(label.as_str()))
+        .map(|stored| stored.namespace().to_owned())
         .filter(|namespace| stored(&store, &ctx.caches.unseen, namespace, &report).is_some())
         .map(|namespace| Write::Delete { namespace })
         .collect();
@@ -218,11 +219,11 @@ async fn one(ctx: &Context, report: &str, write: Write) -> Result<()> {
             ))
             .await?
             .map_err(|source| failed(&namespace, source))?;
-            let mut written = *wanted;
-            slim(&mut written);
-            ctx.caches
-                .unseen
-                .report_written(&namespace, report, Some(written));
+            ctx.caches.unseen.report_written(
+                &namespace,
+                report,
+                Some(KnownReport::from(wanted.as_ref())),
+            );
             debug!(%namespace, %report, "report applied");
         }
         Write::Delete { namespace } => {

@@ -10,6 +10,7 @@ use namespace_baseline_core::spec::Mode;
 use crate::fixtures::{Harness, Recorded, baseline, healthy, namespace, store};
 use crate::reconcile::reports::{remove_all, write};
 use crate::reconcile::status;
+use crate::view::reports::known::KnownReport;
 use crate::view::reports::object::{Report, desired};
 use crate::view::scope::Scope;
 
@@ -29,10 +30,10 @@ fn guarded() -> crate::fixtures::Harness {
 
 /// The openreports.io CRDs are served and the cache of our reports lists `reports`.
 fn crds_served(harness: &Harness, reports: Vec<Report>) {
-    harness
-        .ctx
-        .reports
-        .set_store(Some(store(reports)), &harness.ctx.caches.unseen);
+    harness.ctx.reports.set_store(
+        Some(store(reports.iter().map(KnownReport::from).collect())),
+        &harness.ctx.caches.unseen,
+    );
 }
 
 fn spec() -> NamespaceBaselineSpec {

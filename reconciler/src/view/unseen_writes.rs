@@ -46,7 +46,7 @@ use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
 use tokio::time::Instant;
 
 use crate::view::policy_cache::CachedPolicy;
-use crate::view::reports::object::Report;
+use crate::view::reports::known::KnownReport;
 
 /// How long each kind of memory waits for the watch, in one place.
 pub mod lifetime {
@@ -120,8 +120,9 @@ impl PolicyMemory {
     }
 }
 
-/// A report this term wrote (`Some`, slimmed) or deleted (`None`), and when.
-type WrittenReport = (Option<Arc<Report>>, Instant);
+/// A report this term wrote (`Some`, as the cache would keep it) or deleted (`None`), and
+/// when.
+type WrittenReport = (Option<Arc<KnownReport>>, Instant);
 
 struct WrittenStatus {
     resource_version: String,
@@ -245,15 +246,14 @@ impl Watched for NamespaceBaseline {
     }
 }
 
-impl Watched for Report {
+impl Watched for KnownReport {
     fn shown(&self, memory: &mut Memory, _deleted: bool) {
         if memory.reports.is_empty() {
             return;
         }
-        let (Some(namespace), Some(name)) = (&self.metadata.namespace, &self.metadata.name) else {
-            return;
-        };
-        memory.reports.remove(&object_key(namespace, name));
+        memory
+            .reports
+            .remove(&object_key(self.namespace(), self.name()));
     }
 }
 
@@ -404,9 +404,9 @@ impl UnseenWrites {
 
     // --- Reports ---
 
-    /// This term applied `report` (slimmed: [`crate::view::reports::object::slim`]) as
-    /// `namespace/name`, or deleted it (`None`).
-    pub fn report_written(&self, namespace: &str, name: &str, report: Option<Report>) {
+    /// This term applied `report` (as the cache would keep it) as `namespace/name`, or
+    /// deleted it (`None`).
+    pub fn report_written(&self, namespace: &str, name: &str, report: Option<KnownReport>) {
         let mut memory = self.memory();
         memory.registering();
         memory.reports.insert(
@@ -417,7 +417,7 @@ impl UnseenWrites {
 
     /// What this term last wrote to the report `namespace/name` and the watch has not shown
     /// yet: `Some(None)` a deletion, `None` nothing unseen (the cache knows).
-    pub fn report(&self, namespace: &str, name: &str) -> Option<Option<Arc<Report>>> {
+    pub fn report(&self, namespace: &str, name: &str) -> Option<Option<Arc<KnownReport>>> {
         let memory = self.memory();
         if memory.reports.is_empty() {
             return None;

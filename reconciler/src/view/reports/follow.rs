@@ -10,8 +10,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::channel::mpsc;
+use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::{self, store::Writer};
@@ -20,8 +20,9 @@ use namespace_baseline_core::identity::managed_selector;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::object::{GROUP, PLURAL, VERSION, slim};
-use super::{Report, Reports};
+use super::known::known_event;
+use super::object::{GROUP, PLURAL, VERSION};
+use super::{KnownReport, Report, Reports};
 use crate::base::retry::WatchBackoff;
 use crate::view::unseen_writes::UnseenWrites;
 
@@ -98,7 +99,7 @@ pub fn follow(
 
 /// The watch on our reports, stopped when dropped.
 struct Watching {
-    store: reflector::Store<Report>,
+    store: reflector::Store<KnownReport>,
     task: JoinHandle<()>,
     listed: bool,
 }
@@ -121,7 +122,9 @@ impl Drop for Watching {
     }
 }
 
-async fn watch(client: Client, writer: Writer<Report>, unseen: UnseenWrites) {
+/// Each Report the watch shows goes into the cache as what is known of it
+/// ([`known_event`]), and is dropped there.
+async fn watch(client: Client, mut writer: Writer<KnownReport>, unseen: UnseenWrites) {
     watcher(
         Api::<Report>::all(client),
         watcher::Config::default()
@@ -129,11 +132,13 @@ async fn watch(client: Client, writer: Writer<Report>, unseen: UnseenWrites) {
             .any_semantic(),
     )
     .backoff(WatchBackoff::default())
-    .modify(slim)
-    .reflect(writer)
+    .map_ok(known_event)
     .for_each(|event| {
         match event {
-            Ok(event) => unseen.observe(&event),
+            Ok(event) => {
+                writer.apply_watcher_event(&event);
+                unseen.observe(&event);
+            }
             Err(error) => debug!(%error, "report watch"),
         }
         futures::future::ready(())

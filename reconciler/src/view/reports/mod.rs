@@ -1,16 +1,19 @@
 //! OpenReports, as this term sees them: whether the `openreports.io` CRDs are served
 //! ([`follow`]: discovery, then a watch of our reports), the cache of our reports while they
-//! are, and the kind itself ([`object`]). The reconcile writes them (`reconcile::reports`);
+//! are (each kept as [`known::KnownReport`]: whose it is and a fingerprint of what it says),
+//! and the kind itself ([`object`]). The reconcile writes them (`reconcile::reports`);
 //! what it wrote and the watch has not shown yet is in the one memory of unseen writes
 //! ([`crate::view::unseen_writes`]).
 
 pub mod follow;
+pub mod known;
 pub mod object;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube::runtime::reflector::{ObjectRef, Store};
 
+pub use known::KnownReport;
 pub use object::Report;
 
 use crate::view::unseen_writes::UnseenWrites;
@@ -21,7 +24,7 @@ use crate::view::unseen_writes::UnseenWrites;
 pub struct Reports {
     enabled: bool,
     /// `Some` while the CRDs are served and our reports are listed.
-    store: Arc<Mutex<Option<Store<Report>>>>,
+    store: Arc<Mutex<Option<Store<KnownReport>>>>,
 }
 
 impl Reports {
@@ -37,31 +40,31 @@ impl Reports {
         self.enabled
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Store<Report>>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Store<KnownReport>>> {
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The cache of our reports, while the CRDs are served and it is listed.
-    pub fn store(&self) -> Option<Store<Report>> {
+    pub fn store(&self) -> Option<Store<KnownReport>> {
         self.lock().clone()
     }
 
     /// The CRDs came (a listed cache) or went (`None`): what this term remembers writing is
     /// dropped either way.
-    pub(crate) fn set_store(&self, store: Option<Store<Report>>, unseen: &UnseenWrites) {
+    pub(crate) fn set_store(&self, store: Option<Store<KnownReport>>, unseen: &UnseenWrites) {
         unseen.forget_reports();
         *self.lock() = store;
     }
 }
 
-/// The report `namespace/name` as this term last knows it, slimmed ([`object::slim`]): its
-/// own unseen write, else the cache.
+/// The report `namespace/name` as this term last knows it: its own unseen write, else the
+/// cache.
 pub fn stored(
-    store: &Store<Report>,
+    store: &Store<KnownReport>,
     unseen: &UnseenWrites,
     namespace: &str,
     name: &str,
-) -> Option<Arc<Report>> {
+) -> Option<Arc<KnownReport>> {
     match unseen.report(namespace, name) {
         Some(written) => written,
         None => store.get(&ObjectRef::new(name).within(namespace)),

@@ -1,14 +1,10 @@
 //! The `openreports.io/v1alpha1` `Report` kind, as much of it as the reconciler writes and
 //! reads back: the CRD is someone else's (github.com/openreports/reports-api), so its type
-//! is declared here by hand rather than derived from a schema we own.
-//!
-//! The cache keeps a report slimmed ([`slim`]): its results and summary replaced by a digest
-//! of them, since the reconciler only ever asks whether a stored report says what it would
-//! write. At 5,000 namespaces whole reports cost 22 MiB of cache; digests, almost nothing.
+//! is declared here by hand rather than derived from a schema we own. What the cache keeps of
+//! a stored one is much less: [`super::known`].
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -38,10 +34,6 @@ pub struct Report {
     pub results: Vec<ReportResult>,
     #[serde(default)]
     pub summary: Summary,
-    /// The digest of `results` and `summary` ([`content_digest`]), set by [`slim`]: what the
-    /// cache and the memory of unseen writes keep instead of them. Never sent or read.
-    #[serde(skip)]
-    pub digest: Option<u64>,
 }
 
 impl kube::Resource for Report {
@@ -106,45 +98,7 @@ pub fn desired(baseline: &str, namespace: &str, content: ReportContent) -> Repor
         source: Some(SOURCE.to_owned()),
         results: content.results,
         summary: content.summary,
-        digest: None,
     }
-}
-
-/// A digest of what a report says (its results and summary, as they are sent): equal for
-/// equal content within a process (SipHash with fixed keys over the serialized JSON).
-pub fn content_digest(report: &Report) -> u64 {
-    if let Some(digest) = report.digest {
-        return digest;
-    }
-    let mut hasher = DefaultHasher::new();
-    // Serializing plain structs of strings and numbers cannot fail.
-    serde_json::to_vec(&(&report.results, &report.summary))
-        .unwrap_or_default()
-        .hash(&mut hasher);
-    hasher.finish()
-}
-
-/// What of a report the reconciler owns, for comparing the desired report with the stored
-/// (slimmed) one: its labels (ours among them), scope, source, and the digest of its results
-/// and summary.
-pub fn says_the_same(desired: &Report, stored: &Report) -> bool {
-    let ours_kept = desired
-        .metadata
-        .labels
-        .iter()
-        .flatten()
-        .all(|(key, value)| {
-            stored
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|labels| labels.get(key))
-                == Some(value)
-        });
-    ours_kept
-        && desired.scope == stored.scope
-        && desired.source == stored.source
-        && content_digest(desired) == content_digest(stored)
 }
 
 /// The body of a server-side apply: the object with its `apiVersion` and `kind`.
@@ -155,16 +109,6 @@ pub fn apply_body(report: &Report) -> serde_json::Value {
         object.insert("kind".into(), KIND.into());
     }
     body
-}
-
-/// What the cache keeps of a stored report: not its managed fields or annotations, and the
-/// digest of its results and summary instead of them.
-pub fn slim(report: &mut Report) {
-    report.metadata.managed_fields = None;
-    report.metadata.annotations = None;
-    report.digest = Some(content_digest(report));
-    report.results = Vec::new();
-    report.summary = Summary::default();
 }
 
 #[cfg(test)]
@@ -180,37 +124,6 @@ mod tests {
             dns: None,
             enforced: None,
         })
-    }
-
-    #[test]
-    fn a_stored_report_says_the_same_whatever_the_server_added() {
-        let desired = desired("guarded", "team-a", content());
-        let mut stored: Report =
-            serde_json::from_value(apply_body(&desired)).expect("our own body reads back");
-        stored.metadata.resource_version = Some("42".into());
-        stored
-            .metadata
-            .labels
-            .get_or_insert_default()
-            .insert("team".into(), "a".into());
-        let mut changed = stored.clone();
-        slim(&mut stored);
-        assert!(
-            stored.results.is_empty(),
-            "the cache keeps a digest, not the results"
-        );
-        assert!(says_the_same(&desired, &stored));
-
-        changed.results[0].result = namespace_baseline_core::report::Outcome::Fail;
-        slim(&mut changed);
-        assert!(!says_the_same(&desired, &changed));
-        let mut relabelled = stored;
-        relabelled
-            .metadata
-            .labels
-            .get_or_insert_default()
-            .remove(BASELINE_LABEL);
-        assert!(!says_the_same(&desired, &relabelled));
     }
 
     #[test]
