@@ -63,6 +63,9 @@ else
 fi
 export NSB_HELM_BIN
 NSB_HELM_BIN="$("$ROOT/charts/install-helm.sh" | tail -n 1)"
+# Prometheus for n7's live alert check (e2e-tests/alerts/build.sh: from its Go module, cached).
+export NSB_PROMETHEUS_DIR
+NSB_PROMETHEUS_DIR="$("$ROOT/e2e-tests/alerts/build.sh" | tail -n 1)"
 
 NODE_STATE=""
 cleanup() {

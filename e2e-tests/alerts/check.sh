@@ -2,7 +2,8 @@
 # The alert rules' check (`make alerts-check`), as users' tools check rules: the chart's
 # PrometheusRule rendered at its default values (render.sh), then
 #   1. `promtool check rules --lint=all --lint-fatal`: the rule file and its PromQL (also as
-#      charts/tests/everything.yaml renders it: other thresholds, labels and runbook page);
+#      charts/tests/everything.yaml renders it: other thresholds, labels and runbook page; and
+#      minimal.yaml: no system baseline, so the hole alert without the chart's own door);
 #   2. `promtool test rules tests.yaml`: each alert fired (pending first where it has a
 #      `for:`) with its labels and annotations, and quiet on a healthy install;
 #   3. every metric the rules and their tests name is one the reconciler exports
@@ -33,10 +34,12 @@ PROMTOOL="$("$HERE/build.sh" | tail -n 1)/promtool"
 "$HERE/render.sh" "$WORK/rules.yaml"
 cp "$HERE/tests.yaml" "$WORK/tests.yaml"
 
-log "promtool check rules (the chart's PrometheusRule: default values, and charts/tests/everything.yaml's)"
+log "promtool check rules (the chart's PrometheusRule: default values, charts/tests/everything.yaml's and minimal.yaml's)"
 "$PROMTOOL" check rules --lint=all --lint-fatal "$WORK/rules.yaml" | sed 's/^/   /'
-"$HERE/render.sh" "$WORK/everything-rules.yaml" -f "$ROOT/charts/tests/everything.yaml"
-"$PROMTOOL" check rules --lint=all --lint-fatal "$WORK/everything-rules.yaml" | sed 's/^/   /'
+for variant in everything minimal; do
+  "$HERE/render.sh" "$WORK/$variant-rules.yaml" -f "$ROOT/charts/tests/$variant.yaml"
+  "$PROMTOOL" check rules --lint=all --lint-fatal "$WORK/$variant-rules.yaml" | sed 's/^/   /'
+done
 log "promtool test rules e2e-tests/alerts/tests.yaml"
 "$PROMTOOL" test rules "$WORK/tests.yaml" | sed 's/^/   /'
 alerts="$(grep -c '^ *- alert: ' "$WORK/rules.yaml")"

@@ -15,25 +15,29 @@ pub(crate) const RELEASE: &str = "namespace-baseline";
 
 /// Runs helm against the node's API server: success and output.
 pub(crate) fn helm_run(args: &[&str]) -> (bool, String) {
-    let helm = std::env::var("NSB_HELM_BIN").unwrap_or_else(|_| {
-        panic!("NSB_HELM_BIN is not set: node-tests.sh builds helm (charts/install-helm.sh)")
-    });
-    let kubeconfig = std::env::var("TEST_KUBECONFIG").expect("TEST_KUBECONFIG");
-    let home = std::env::temp_dir().join("nsb-node-tests-helm");
-    let output = Command::new(&helm)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .expect("running helm");
+    let output = helm_output(args);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
     (output.status.success(), text)
+}
+
+fn helm_output(args: &[&str]) -> std::process::Output {
+    let helm = std::env::var("NSB_HELM_BIN").unwrap_or_else(|_| {
+        panic!("NSB_HELM_BIN is not set: node-tests.sh builds helm (charts/install-helm.sh)")
+    });
+    let kubeconfig = std::env::var("TEST_KUBECONFIG").expect("TEST_KUBECONFIG");
+    let home = std::env::temp_dir().join("nsb-node-tests-helm");
+    Command::new(&helm)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .expect("running helm")
 }
 
 pub(crate) fn helm(args: &[&str]) -> String {
@@ -75,15 +79,7 @@ pub(crate) struct Installed {
 /// before) and waits for it (`--wait`, 180 s); `values` are more helm arguments (`--set`,
 /// `--set-json`), the test's own.
 pub(crate) fn install(values: &[String]) -> Installed {
-    let image = std::env::var("NSB_RECONCILER_IMAGE").unwrap_or_else(|_| {
-        panic!(
-            "NSB_RECONCILER_IMAGE is not set: the chart needs the reconciler image, built by `make image` and imported into the node by e2e-tests/node-tests.sh"
-        )
-    });
-    let (repository, tag) = image
-        .rsplit_once(':')
-        .unwrap_or_else(|| panic!("image {image} has no tag"));
-    let (door_values, door_text) = api_door_values();
+    let (release_values, door_text) = release_values(values);
     let chart = repo_root().join("charts/namespace-baseline");
     let mut args: Vec<String> = [
         "upgrade",
@@ -93,6 +89,62 @@ pub(crate) fn install(values: &[String]) -> Installed {
         "--namespace",
         "default",
         "--take-ownership",
+        "--wait",
+        "--timeout",
+        "180s",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(release_values);
+    let started = Instant::now();
+    helm(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    Installed {
+        release: Release,
+        door_text,
+        took: started.elapsed(),
+    }
+}
+
+/// One template of the chart (`show_only`, e.g. `templates/podmonitor.yaml`) rendered with the
+/// values [`install`] gives the release plus `values`: what the release would hold with them.
+pub(crate) fn template(values: &[String], show_only: &str) -> String {
+    let (release_values, _) = release_values(values);
+    let chart = repo_root().join("charts/namespace-baseline");
+    let mut args: Vec<String> = [
+        "template",
+        RELEASE,
+        &chart.to_string_lossy(),
+        "--namespace",
+        "default",
+        "--show-only",
+        show_only,
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(release_values);
+    let output = helm_output(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        output.status.success(),
+        "helm {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("helm template prints UTF-8")
+}
+
+/// The values of the release: this cluster's API door, no admission policy (no Kubewarden
+/// here), the reconciler image node-tests.sh imported, then the test's own `values`; and the
+/// door's text.
+fn release_values(values: &[String]) -> (Vec<String>, String) {
+    let image = std::env::var("NSB_RECONCILER_IMAGE").unwrap_or_else(|_| {
+        panic!(
+            "NSB_RECONCILER_IMAGE is not set: the chart needs the reconciler image, built by `make image` and imported into the node by e2e-tests/node-tests.sh"
+        )
+    });
+    let (repository, tag) = image
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("image {image} has no tag"));
+    let (door_values, door_text) = api_door_values();
+    let mut args: Vec<String> = [
         "-f",
         &door_values.to_string_lossy(),
         "--set",
@@ -101,20 +153,11 @@ pub(crate) fn install(values: &[String]) -> Installed {
         &format!("reconciler.image.repository={repository}"),
         "--set",
         &format!("reconciler.image.tag={tag}"),
-        "--wait",
-        "--timeout",
-        "180s",
     ]
     .map(String::from)
     .to_vec();
     args.extend(values.iter().cloned());
-    let started = Instant::now();
-    helm(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    Installed {
-        release: Release,
-        door_text,
-        took: started.elapsed(),
-    }
+    (args, door_text)
 }
 
 /// `--set name=value` for [`install`].

@@ -24,6 +24,7 @@ mod n6_holes;
 mod n7_enforced;
 mod n8_pod_gate;
 mod pods;
+mod prometheus;
 
 use std::time::Duration;
 

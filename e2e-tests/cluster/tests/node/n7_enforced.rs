@@ -11,6 +11,11 @@
 //!   `False DNSBlocked`, while `DNSReachable` (which reads objects) says what it said before; the detour
 //!   removed: `True` again.
 //!
+//! - the chart's alert: a real Prometheus scraping the reconciler through the chart's
+//!   PodMonitor and evaluating the chart's rules (prometheus.rs) has
+//!   `NamespaceBaselineNotEnforced` pending, then firing, while the wall is paper, and resolved
+//!   once `Enforced` is True again; every metric the rules read is one it scraped.
+//!
 //! Every transition is printed with its time (FIGURE n7), and the probe's cost from the
 //! reconciler's `probe round` log lines (pods, API requests, CPU and memory of a round).
 
@@ -30,6 +35,7 @@ use serde_json::{Value, json};
 use crate::chart::{self, set};
 use crate::common::{self, figure, wait_ready};
 use crate::pods::{Node, coredns_ip, no_labels, start_pod};
+use crate::prometheus::{AlertWatch, Prometheus};
 use crate::{assert_blocked, assert_passed, wait_wire};
 
 /// The probe's period and listen window in this test (`--probe-interval`,
@@ -39,6 +45,10 @@ const WINDOW: &str = "16s";
 const CONTROL_NAMESPACE: &str = "namespace-baseline-probe";
 const DNS_NAME: &str = "kubernetes.default.svc.cluster.local";
 const DETOUR_TABLE: &str = "nsb_dns_detour";
+/// The alert that watches `Enforced`, and its `for:` here (the chart's default is 1m): long
+/// enough to see it pending, short enough to keep the scenario's time.
+const ALERT: &str = "NamespaceBaselineNotEnforced";
+const ALERT_FOR: Duration = Duration::from_secs(5);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
@@ -80,7 +90,8 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
         set("probe.systemCanary", ""),
         ["--set-json".into(), format!("probe.canaries={canaries}")],
     ];
-    let release = chart::install(&values.concat()).release;
+    let values = values.concat();
+    let release = chart::install(&values).release;
 
     // --- 1. enforcer running: True within one period of Ready -----------------------------
     common::create_baseline(&cluster, &baseline, common::spec(&names)).await;
@@ -101,8 +112,27 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
         ),
     );
 
+    // --- a real Prometheus on the chart's PodMonitor and alert rules ------------------------
+    let prometheus = start_prometheus(&values).await;
+    let alerts = prometheus.watch_alerts();
+
     // --- 2. paper wall: the enforcer stopped and its rules removed -------------------------
     let enforcer = Enforcer::from_env();
+    // The chart's rules on a healthy install: nothing pending or firing once the first
+    // scrapes are in (before them, ReconcilerAbsent is pending: there is no series yet).
+    wait_until(
+        "no alert pending or firing on the healthy install",
+        Duration::from_secs(20),
+        || async {
+            match alerts.changes().last() {
+                Some(change) if change.alerts.is_empty() => Ok(Some(())),
+                Some(change) => anyhow::bail!("listed: {:?}", change.alerts),
+                None => Ok(None),
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|error| panic!("{error:#}"));
     let paper_at = watch.mark("kube-router stopped, its iptables rules removed");
     enforcer.stop_and_remove_rules();
     wait_wire(
@@ -117,6 +147,7 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
         &open.tcp(&node, &walled.server()).unwrap(),
     );
     let (_, message) = watch.until("False", "NotEnforced", 3 * PERIOD).await;
+    let false_at = Instant::now();
     let noticed = paper_at.elapsed();
     assert!(
         noticed <= 2 * PERIOD,
@@ -133,6 +164,8 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
     .await
     .unwrap_or_else(|error| panic!("{error:#}"))
     .0;
+    // The alert fires while the wall is still paper.
+    let firing_at = alert_reaches(&alerts, "NotEnforced", "firing", paper_at, &prometheus).await;
     let back_at = watch.mark("kube-router started again");
     enforcer.start();
     wait_wire(
@@ -143,7 +176,10 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
     )
     .await;
     let (_, _) = watch.until("True", "WallHoldsOnPackets", 3 * PERIOD).await;
+    let true_at = Instant::now();
     let restored = back_at.elapsed();
+    let resolved_at =
+        alert_reaches(&alerts, "NotEnforced", "inactive", firing_at, &prometheus).await;
     figure(
         "n7",
         format!(
@@ -152,6 +188,15 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
             2 * PERIOD.as_secs(),
             notes.first(),
             restored.as_secs_f64()
+        ),
+    );
+
+    figure(
+        "n7",
+        alert_figure(
+            &alerts,
+            "NotEnforced",
+            (paper_at, false_at, true_at, resolved_at),
         ),
     );
 
@@ -220,6 +265,9 @@ async fn n7_enforced_on_packets_paper_wall_and_dns_detour() {
 
     // --- what it cost ------------------------------------------------------------------------
     figure("n7", watch.report());
+    figure("n7", alert_report(&alerts, paper_at));
+    drop(alerts);
+    drop(prometheus);
     figure("n7", probe_cost(&cluster).await);
     let left = probe_pods_left(&cluster, &[&canary, CONTROL_NAMESPACE]).await;
     drop(release);
@@ -674,4 +722,155 @@ async fn probe_pods_left(cluster: &Cluster, namespaces: &[&str]) -> usize {
             .unwrap_or(0);
     }
     left
+}
+
+/// Starts Prometheus on the chart's PodMonitor (rendered with the release's `values`, scraping
+/// every second) and the chart's rules (`for:` of the NotEnforced alert [`ALERT_FOR`]); waits
+/// for its first scrape and checks every metric the rules read is one it scraped.
+async fn start_prometheus(values: &[String]) -> Prometheus {
+    let monitored = [
+        values.to_vec(),
+        set("reconciler.podMonitor.enabled", true).to_vec(),
+        set("reconciler.podMonitor.interval", "1s").to_vec(),
+        set("reconciler.podMonitor.scrapeTimeout", "1s").to_vec(),
+    ]
+    .concat();
+    let podmonitor = chart::template(&monitored, "templates/podmonitor.yaml");
+    let started = Instant::now();
+    let prometheus = Prometheus::start(
+        &podmonitor,
+        &set(
+            "prometheusRule.for.notEnforced",
+            format!("{}s", ALERT_FOR.as_secs()),
+        ),
+    );
+    prometheus.wait_scraping(Duration::from_secs(60)).await;
+    let scraped = prometheus.metric_names();
+    let read = prometheus.rule_metric_names();
+    let missing: Vec<&String> = read.difference(&scraped).collect();
+    assert!(
+        missing.is_empty(),
+        "the rules read metrics the reconciler does not serve: {missing:?}; scraped: {scraped:?}"
+    );
+    figure(
+        "n7",
+        format!(
+            "Prometheus (e2e-tests/alerts/build.sh) scraping the reconciler through the chart's PodMonitor {:.1} s after its start; the {} metrics the chart's rules read ({}) are all among the {} namespace_baseline_* names it scraped",
+            started.elapsed().as_secs_f64(),
+            read.len(),
+            read.iter().cloned().collect::<Vec<_>>().join(", "),
+            scraped
+                .iter()
+                .filter(|name| name.starts_with("namespace_baseline_"))
+                .count()
+        ),
+    );
+    prometheus
+}
+
+/// Waits (60 s at most) until the alert for `reason` is `state` ("pending", "firing", or
+/// "inactive": no longer listed), as seen since `since`; when.
+async fn alert_reaches(
+    alerts: &AlertWatch,
+    reason: &str,
+    state: &str,
+    since: Instant,
+    prometheus: &Prometheus,
+) -> Instant {
+    wait_until(
+        &format!("{ALERT}{{reason={reason}}} {state}"),
+        Duration::from_secs(60),
+        || async { Ok(alerts.first(ALERT, ("reason", reason), state, since)) },
+    )
+    .await
+    .unwrap_or_else(|error| {
+        panic!(
+            "{error:#}; the alerts seen: {:#?}; Prometheus's log:\n{}",
+            alerts.changes(),
+            prometheus.log()
+        )
+    })
+    .0
+}
+
+/// The alert's transitions for `reason` against the condition's: pending after
+/// `Enforced=False` was seen, firing `for:` later, resolved after `Enforced=True` was seen.
+fn alert_figure(
+    alerts: &AlertWatch,
+    reason: &str,
+    (paper_at, false_at, true_at, resolved_at): (Instant, Instant, Instant, Instant),
+) -> String {
+    let pending_at = alerts
+        .first(ALERT, ("reason", reason), "pending", paper_at)
+        .unwrap_or_else(|| panic!("{ALERT} never pending: {:#?}", alerts.changes()));
+    let firing_at = alerts
+        .first(ALERT, ("reason", reason), "firing", pending_at)
+        .unwrap_or_else(|| panic!("{ALERT} never firing: {:#?}", alerts.changes()));
+    let seconds = |from: Instant, to: Instant| {
+        to.checked_duration_since(from)
+            .map_or_else(|| -(from - to).as_secs_f64(), |d| d.as_secs_f64())
+    };
+    // Pending is Prometheus's own state between the first evaluation that finds the
+    // condition and `for:` later: seen (polled every 100 ms) at least for: - 0.2 s before it
+    // fires.
+    assert!(
+        seconds(pending_at, firing_at) >= ALERT_FOR.as_secs_f64() - 0.2,
+        "{ALERT} fired {:.1} s after pending, before its for: ({ALERT_FOR:?})",
+        seconds(pending_at, firing_at)
+    );
+    // The test polls the condition every 250 ms, Prometheus scrapes and evaluates every
+    // second: the alert cannot resolve before the gauge changed with the status.
+    assert!(
+        seconds(true_at, resolved_at) > -0.3,
+        "resolved {:.1} s before Enforced=True was seen",
+        seconds(resolved_at, true_at)
+    );
+    let utc = |at: Instant| {
+        let wall = alerts
+            .changes()
+            .into_iter()
+            .find(|change| change.at == at)
+            .map(|change| change.wall)
+            .unwrap();
+        Timestamp::try_from(wall).unwrap().to_string()
+    };
+    format!(
+        "alert {ALERT}{{reason={reason}}} (the chart's rule, for: {} s here, scrape and evaluation every 1 s): pending {:.1} s after Enforced=False {reason} was seen ({:.1} s after kube-router stopped), firing {:.1} s after pending, resolved {:.1} s after Enforced=True was seen; pending at {}, firing at {}, resolved at {}",
+        ALERT_FOR.as_secs(),
+        seconds(false_at, pending_at),
+        seconds(paper_at, pending_at),
+        seconds(pending_at, firing_at),
+        seconds(true_at, resolved_at),
+        utc(pending_at),
+        utc(firing_at),
+        utc(resolved_at)
+    )
+}
+
+/// Every change of the alerts Prometheus listed, from `since`.
+fn alert_report(alerts: &AlertWatch, since: Instant) -> String {
+    let lines: Vec<String> = alerts
+        .changes()
+        .into_iter()
+        .map(|change| {
+            let listed: Vec<String> = change
+                .alerts
+                .iter()
+                .map(|alert| format!("{}{:?} {}", alert.name, alert.labels, alert.state))
+                .collect();
+            let offset = change
+                .at
+                .checked_duration_since(since)
+                .map_or_else(|| -(since - change.at).as_secs_f64(), |d| d.as_secs_f64());
+            format!(
+                "{offset:>6.1} s  {}  [{}]",
+                Timestamp::try_from(change.wall).unwrap(),
+                listed.join(", ")
+            )
+        })
+        .collect();
+    format!(
+        "the alerts Prometheus listed, from kube-router's stop (0 s):\n{}",
+        lines.join("\n")
+    )
 }
