@@ -22,7 +22,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
 /// A standby looks at the Lease at least this often, so that it sees the holder's renewals
 /// (and the moment they stop) promptly.
 const STANDBY_POLL: Duration = Duration::from_secs(1);
-/// After a failed request: retry soon (the holder's gate is closed meanwhile).
+/// After a failed request: retry soon (the holder's gate stays open only until the renew
+/// deadline).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
 /// How long releasing the Lease may take once the last write has settled, retries included:
 /// past it the Lease is left to expire (the lease duration), which is safe, only slower.
@@ -306,10 +307,7 @@ impl<S: LeaseStore> Elector<S> {
                 self.lost("the lease was deleted under its holder");
                 Ok(false)
             }
-            Err(error) => {
-                self.gate.doubt();
-                Err(error)
-            }
+            Err(error) => Err(self.fail(error)),
         }
     }
 
@@ -456,10 +454,15 @@ impl<S: LeaseStore> Elector<S> {
         self.store.replace(&released).await
     }
 
-    /// A failed request of the holder closes the gate.
+    /// A failed request of the holder (no answer, a server error) says nothing about who
+    /// holds the Lease: the gate stays open until the renew deadline after the last
+    /// successful renewal, as client-go's holder keeps leading, and the request is retried
+    /// soon. (Closing the gate on every failure held each write that came meanwhile for the
+    /// retry's answer: under the soak's faults, seconds when that retry stalled.) A conflict
+    /// does close it: someone else wrote the Lease.
     fn fail(&self, error: StoreError) -> StoreError {
         if self.gate.holding() {
-            self.gate.doubt();
+            debug!(identity = %self.identity, %error, "a Lease request failed: retrying, writes go on until the renew deadline");
         }
         error
     }

@@ -29,7 +29,7 @@ struct Term {
     known: bool,
     /// This replica holds the Lease: its controller runs.
     holding: bool,
-    /// The last Lease request failed or conflicted: no write until a renewal succeeds.
+    /// The last Lease request conflicted: no write until a renewal succeeds.
     doubt: bool,
     /// The start of the last successful Lease write.
     renewed_at: Option<Instant>,
@@ -257,7 +257,7 @@ impl LeaderGate {
         });
     }
 
-    /// A Lease request of the holder failed: writes stop until a renewal succeeds.
+    /// A Lease request of the holder conflicted: writes stop until a renewal succeeds.
     pub(crate) fn doubt(&self) {
         self.update(|term| term.doubt = true);
     }

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
+use tracing::debug;
 
 use crate::{LeaderGate, NotLeader, WriteBounds};
 
@@ -106,9 +107,16 @@ impl LeaderGate {
                 _ => break,
             }
         }
-        if self.writes_in_flight() > hedge.max_in_flight || !self.is_leading() {
+        let in_flight = self.writes_in_flight();
+        if in_flight > hedge.max_in_flight || !self.is_leading() {
+            debug!(
+                in_flight,
+                leading = self.is_leading(),
+                "a write unanswered past the hedge bound is not hedged"
+            );
             return unhedged(settled(first.await));
         }
+        debug!(in_flight, "a write unanswered past the hedge bound: hedged");
         let mut second = self.spawn_write(at_once, second());
         let (attempt, outcome) = tokio::select! {
             joined = &mut first => (Attempt::First, settled(joined)),

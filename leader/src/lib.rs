@@ -10,7 +10,7 @@
 //!   wall clock ([`election`]).
 //! - The holder stops writing before anyone else may take over: its [`LeaderGate`] opens for
 //!   the renew deadline after the *start* of its last successful renewal (10 s, shorter than
-//!   the 15 s others wait after they *saw* that renewal), closes at the first failed renewal
+//!   the 15 s others wait after they *saw* that renewal), closes at a conflicting renewal
 //!   until one succeeds, and bounds every write so that it is abandoned before the lease can
 //!   pass to another replica.
 //! - A Lease nobody holds is taken only when no write of its last holder can still land:
@@ -157,7 +157,7 @@ pub mod testing {
         gate.renewed(started);
     }
 
-    /// A renewal failed: writes wait until one succeeds.
+    /// A renewal conflicted: writes wait until one succeeds.
     pub fn doubt(gate: &LeaderGate) {
         gate.doubt();
     }

@@ -131,16 +131,29 @@ pub fn is_hedge(event: &AuditEvent) -> bool {
 /// The reconciler's NetworkPolicy writes among `events` (one per request): its first
 /// requests, and its hedges.
 pub fn policy_writes_and_hedges(events: &[AuditEvent], reconciler: &str) -> (usize, usize) {
-    let writes: Vec<&AuditEvent> = events
+    first_and_hedges(events, reconciler, |event| {
+        event.is_write() && event.resource() == "networkpolicies"
+    })
+}
+
+/// The reconciler's reads (get, list, watch) among `events`: first requests, and hedges.
+pub fn reads_and_hedges(events: &[AuditEvent], reconciler: &str) -> (usize, usize) {
+    first_and_hedges(events, reconciler, |event| {
+        matches!(event.verb.as_str(), "get" | "list" | "watch")
+    })
+}
+
+fn first_and_hedges(
+    events: &[AuditEvent],
+    reconciler: &str,
+    keep: impl Fn(&AuditEvent) -> bool,
+) -> (usize, usize) {
+    let requests: Vec<&AuditEvent> = events
         .iter()
-        .filter(|event| {
-            event.user.username == reconciler
-                && event.is_write()
-                && event.resource() == "networkpolicies"
-        })
+        .filter(|event| event.user.username == reconciler && keep(event))
         .collect();
-    let hedges = writes.iter().filter(|event| is_hedge(event)).count();
-    (writes.len() - hedges, hedges)
+    let hedges = requests.iter().filter(|event| is_hedge(event)).count();
+    (requests.len() - hedges, hedges)
 }
 
 #[cfg(test)]

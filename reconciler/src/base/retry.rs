@@ -1,13 +1,14 @@
 //! Retries: capped exponential backoff with jitter for transient failures, counted per object
-//! and reset by the first success; the watches' reconnections; the client's retry of the
-//! answers that ask for one (429, 503, 504), which tells a write it was asked to slow down.
+//! and reset by the first success; the watches' reconnections; the clients' retry of the
+//! answers that ask for one (429, 503, 504), which tells a write it was asked to slow down,
+//! and of the failures of a request that may be sent twice.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http::header::RETRY_AFTER;
-use http::{Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use kube::client::retry::RetryPolicy;
 use tokio::time::{Instant, Sleep};
@@ -184,19 +185,36 @@ impl Throttled {
     }
 }
 
-/// The main client's retry of 429, 503 and 504: kube's server-aware policy (exponential
-/// backoff from 5 ms), except that a 429's `Retry-After` is waited here, on tokio's clock
-/// (kube compares it with the standard clock's, which a paused test clock leaves behind), up
-/// to [`ServerRetry::THROTTLED`] times, and the request's [`Throttled`] is told until when.
+/// Marks a write that may be sent again with one outcome (a forced server-side apply of a
+/// whole object, a merge patch of a whole status): [`ServerRetry`] also retries it, as it
+/// retries every read (a list, a watch), after a `500` or when it got no answer (a dropped
+/// connection), which it leaves to the caller for any other write (an Event created twice is
+/// two Events).
+#[derive(Debug, Clone, Copy)]
+pub struct Idempotent;
+
+/// The clients' retry: kube's server-aware policy for 429, 503 and 504 (exponential backoff
+/// from 5 ms), except that a 429's `Retry-After` is waited here, on tokio's clock (kube
+/// compares it with the standard clock's, which a paused test clock leaves behind), up to
+/// [`ServerRetry::THROTTLED`] times, and the request's [`Throttled`] is told until when; and
+/// for a read (GET) or an [`Idempotent`] write, a `500` or no answer at all, up to
+/// [`ServerRetry::FAILURES`] times, [`ServerRetry::PAUSE`] apart and doubling: such a write
+/// failing at once would otherwise fail its whole reconcile, retried only after the
+/// baseline's backoff (which grows with every failed write of a pass), and a watch resuming
+/// after a cut would wait the watches' backoff.
 #[derive(Clone)]
 pub struct ServerRetry {
     kube: RetryPolicy,
     throttled: u32,
+    failures: u32,
 }
 
 impl ServerRetry {
     /// The most 429s one request waits out (kube's own limit of retries).
     pub const THROTTLED: u32 = 15;
+    /// The most failures of an idempotent request retried.
+    pub const FAILURES: u32 = 3;
+    pub const PAUSE: Duration = Duration::from_millis(20);
 }
 
 impl Default for ServerRetry {
@@ -204,6 +222,7 @@ impl Default for ServerRetry {
         Self {
             kube: RetryPolicy::server_retry(),
             throttled: 0,
+            failures: 0,
         }
     }
 }
@@ -226,6 +245,20 @@ impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for ServerRetry {
         request: &mut Request<Body>,
         result: &mut Result<Response<Res>, BoxError>,
     ) -> Option<Sleep> {
+        let failed = match result {
+            Ok(response) => response.status() == StatusCode::INTERNAL_SERVER_ERROR,
+            Err(_) => true,
+        };
+        if failed {
+            let idempotent = request.method() == Method::GET
+                || request.extensions().get::<Idempotent>().is_some();
+            if !idempotent || self.failures >= Self::FAILURES {
+                return None;
+            }
+            let pause = Self::PAUSE * (1 << self.failures);
+            self.failures += 1;
+            return Some(tokio::time::sleep(pause));
+        }
         let retry = match retry_after(result) {
             Some(_) if self.throttled >= Self::THROTTLED => return None,
             Some(delay) => {
@@ -245,51 +278,6 @@ impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for ServerRetry {
 
     fn clone_request(&mut self, request: &Request<Body>) -> Option<Request<Body>> {
         Policy::<Request<Body>, Response<Res>, BoxError>::clone_request(&mut self.kube, request)
-    }
-}
-
-/// The hedge client's retry: what [`ServerRetry`] retries (a 429 after its `Retry-After`),
-/// and besides, since a hedge carries a write that may be sent again with one outcome (a
-/// forced server-side apply), a `500` and a request that got no answer (a dropped
-/// connection), up to [`HedgeRetry::FAILURES`] times, [`HedgeRetry::PAUSE`] apart and
-/// doubling: a hedge that fails at once would otherwise leave its write to the stalled
-/// request it was sent to overtake.
-#[derive(Clone, Default)]
-pub struct HedgeRetry {
-    server: ServerRetry,
-    failures: u32,
-}
-
-impl HedgeRetry {
-    pub const FAILURES: u32 = 3;
-    pub const PAUSE: Duration = Duration::from_millis(20);
-}
-
-impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for HedgeRetry {
-    type Future = Sleep;
-
-    fn retry(
-        &mut self,
-        request: &mut Request<Body>,
-        result: &mut Result<Response<Res>, BoxError>,
-    ) -> Option<Sleep> {
-        let failed = match result {
-            Ok(response) => response.status() == StatusCode::INTERNAL_SERVER_ERROR,
-            Err(_) => true,
-        };
-        if !failed {
-            return self.server.retry(request, result);
-        }
-        if self.failures >= Self::FAILURES {
-            return None;
-        }
-        let pause = Self::PAUSE * (1 << self.failures);
-        self.failures += 1;
-        Some(tokio::time::sleep(pause))
-    }
-
-    fn clone_request(&mut self, request: &Request<Body>) -> Option<Request<Body>> {
-        Policy::<Request<Body>, Response<Res>, BoxError>::clone_request(&mut self.server, request)
     }
 }
 

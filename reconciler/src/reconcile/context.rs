@@ -45,9 +45,6 @@ pub struct Hedging {
 }
 
 impl Hedging {
-    /// A hedge once a write has gone unanswered for `after`: above a healthy apply's answer
-    /// (milliseconds; a few hundred at a large cluster's p99), below a stalled one's.
-    pub const DEFAULT_AFTER: Duration = Duration::from_millis(300);
     /// No hedge while more writes than this are in flight: a repair writes one or two
     /// objects, a pass over many namespaces up to `--concurrency`; a write slow among many is
     /// waiting in the API server's queue, which a copy would only lengthen.

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::base::error::{Error, Result};
-use crate::base::retry::Throttled;
+use crate::base::retry::{Idempotent, Throttled};
 use crate::reconcile::context::Context;
 use crate::reconcile::writer::{HANDOFF, Outcome, WriteTask, count, target};
 use crate::view::unseen_writes::PendingWrites;
@@ -206,7 +206,8 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
 }
 
 /// The request of one forced server-side apply of `policy` on `client` (as `Api::patch`
-/// builds it), carrying `throttled` for the client's retry to mark.
+/// builds it): idempotent (retried by the client after a 500 or a dropped connection), and
+/// carrying `throttled` for the client's retry to mark.
 fn apply_request(
     client: &Client,
     policy: &NetworkPolicy,
@@ -225,6 +226,7 @@ fn apply_request(
     async move {
         let mut request = request.map_err(kube::Error::BuildRequest)?;
         request.extensions_mut().insert("patch");
+        request.extensions_mut().insert(Idempotent);
         if let Some(throttled) = throttled {
             request.extensions_mut().insert(throttled);
         }
@@ -277,20 +279,31 @@ pub(crate) async fn patch_finalizers(
 }
 
 /// Patches the status subresource with `desired`; returns the baseline as the API server
-/// answered.
+/// answered. The patch names the whole status: sent twice, it has one outcome, so the client
+/// retries it after a 500 or a dropped connection (`Idempotent`); only one status write of a
+/// baseline is in flight at a time (writer.rs).
 pub(crate) async fn patch_status(
     baseline: &NamespaceBaseline,
     ctx: &Context,
     desired: &NamespaceBaselineStatus,
 ) -> Result<NamespaceBaseline> {
     let name = baseline.name_any();
-    let api: Api<NamespaceBaseline> = Api::all(ctx.client.clone());
-    let written = ctx
-        .write(api.patch_status(
+    let request = kube::core::Request::new(NamespaceBaseline::url_path(&(), None))
+        .patch_subresource(
+            "status",
             &name,
             &PatchParams::default(),
             &Patch::Merge(json!({ "status": desired })),
-        ))
+        )
+        .map_err(kube::Error::BuildRequest);
+    let client = ctx.client.clone();
+    let written = ctx
+        .write(async move {
+            let mut request = request?;
+            request.extensions_mut().insert("patch_status");
+            request.extensions_mut().insert(Idempotent);
+            client.request::<NamespaceBaseline>(request).await
+        })
         .await?
         .map_err(|source| Error::Status {
             name: name.clone(),

@@ -1,6 +1,7 @@
 //! The reconciler's Kubernetes clients: kube's default stack, with `TCP_NODELAY` on its
-//! connections and a retry that tells a write of each 429 (base/retry.rs); and the client of
-//! hedged writes, whose every request opens a connection of its own.
+//! connections and our retry (base/retry.rs: it tells a write of each 429, and retries the
+//! failures of a request that may be sent twice); and the client of hedged writes, whose
+//! every request opens a connection of its own.
 //!
 //! kube 4.2 builds its connector with hyper-util's default, Nagle's algorithm on. On a new
 //! connection whose TLS session is resumed, the client's `Finished` and its first request
@@ -33,46 +34,53 @@ use tower_http::trace::TraceLayer;
 use tracing::Span;
 
 use crate::base::error::{Error, Result};
-use crate::base::retry::{HedgeRetry, ServerRetry};
+use crate::base::retry::ServerRetry;
+use crate::runtime::hedged_reads::HedgedReads;
 
-/// A client for `config`, as kube would build it but with `TCP_NODELAY` set and its retry
-/// telling a request of each 429 (`ServerRetry`).
+/// A client for `config`, as kube would build it but with `TCP_NODELAY` set and our retry
+/// (`ServerRetry`) in place of kube's.
 pub fn client(config: Config) -> Result<Client> {
-    build(config, Stack::Pooled)
+    build(config, Stack::Pooled, None)
+}
+
+/// The reconciler's client: [`client`]'s, with its reads hedged after `hedge_reads_after`
+/// (`hedged_reads.rs`; `None`: never).
+pub fn reconciler_client(config: Config, hedge_reads_after: Option<Duration>) -> Result<Client> {
+    build(config, Stack::Pooled, hedge_reads_after)
 }
 
 /// The client of hedged writes (reconcile/writes.rs): the same stack, except that each
 /// request opens a connection of its own, closed after its answer (a stalled request's
 /// pooled connection may be the stalled one; in a real cluster a new connection may reach
-/// another API server instance behind the load balancer), and that a failed request is
-/// retried as a write that may be sent twice allows (`HedgeRetry`).
+/// another API server instance behind the load balancer).
 pub fn hedge_client(config: Config) -> Result<Client> {
-    build(config, Stack::Hedge)
+    build(config, Stack::Hedge, None)
 }
 
 /// How a client's requests travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stack {
-    /// kube's: pooled connections, the retry of 429, 503 and 504.
+    /// kube's: pooled connections.
     Pooled,
-    /// A connection per request; also retries a 500 and a request without an answer.
+    /// A connection per request.
     Hedge,
 }
 
-fn build(config: Config, stack: Stack) -> Result<Client> {
+/// The connections under a client: pooled, or one per request.
+fn connections(
+    config: &Config,
+    stack: Stack,
+) -> Result<
+    impl tower::Service<
+        Request<Body>,
+        Response = Response<Incoming>,
+        Error: Into<tower::BoxError> + Send,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static,
+> {
     let wrap = |error: kube::Error| Error::Client(Box::new(error));
-    if let Some(proxy_url) = &config.proxy_url {
-        let proxy_url = proxy_url.clone();
-        let protocol_feature = match proxy_url.scheme_str() {
-            Some("socks5") => "kube/socks5",
-            Some("http" | "https") => "kube/http-proxy",
-            _ => return Err(wrap(kube::Error::ProxyProtocolUnsupported { proxy_url })),
-        };
-        return Err(wrap(kube::Error::ProxyProtocolDisabled {
-            proxy_url,
-            protocol_feature,
-        }));
-    }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -87,17 +95,36 @@ fn build(config: Config, stack: Stack) -> Result<Client> {
     if stack == Stack::Hedge {
         builder.pool_max_idle_per_host(0);
     }
-    let hyper_client: hyper_util::client::legacy::Client<_, Body> = builder.build(connector);
+    let connections: hyper_util::client::legacy::Client<_, Body> = builder.build(connector);
+    Ok(connections)
+}
+
+fn build(config: Config, stack: Stack, hedge_reads_after: Option<Duration>) -> Result<Client> {
+    let wrap = |error: kube::Error| Error::Client(Box::new(error));
+    if let Some(proxy_url) = &config.proxy_url {
+        let proxy_url = proxy_url.clone();
+        let protocol_feature = match proxy_url.scheme_str() {
+            Some("socks5") => "kube/socks5",
+            Some("http" | "https") => "kube/http-proxy",
+            _ => return Err(wrap(kube::Error::ProxyProtocolUnsupported { proxy_url })),
+        };
+        return Err(wrap(kube::Error::ProxyProtocolDisabled {
+            proxy_url,
+            protocol_feature,
+        }));
+    }
+    let hyper_client = HedgedReads::new(
+        connections(&config, stack)?,
+        connections(&config, Stack::Hedge)?,
+        hedge_reads_after,
+    );
 
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
-            (config.default_retry && stack == Stack::Pooled)
+            config
+                .default_retry
                 .then(|| RetryLayer::new(ServerRetry::default())),
-        )
-        .option_layer(
-            (config.default_retry && stack == Stack::Hedge)
-                .then(|| RetryLayer::new(HedgeRetry::default())),
         )
         .option_layer(config.auth_layer().map_err(wrap)?)
         .layer(config.extra_headers_layer().map_err(wrap)?)
@@ -158,6 +185,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+    use crate::base::retry::Idempotent;
 
     const VERSION: &str = r#"{"major":"1","minor":"36","gitVersion":"v1.36.5","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#;
 
@@ -295,28 +323,32 @@ mod tests {
         }
     }
 
-    /// A hedge carries a write that may be sent again: a 500 is retried too (the main client
-    /// leaves that to the reconcile), a bounded number of times.
+    /// A write that may be sent twice is retried after a 500 as well (a bounded number of
+    /// times), as a read is; any other write is not: the reconcile's error routing decides.
     #[tokio::test]
-    async fn a_hedge_retries_a_server_error() {
+    async fn an_idempotent_request_is_retried_after_a_server_error() {
+        let version = |client: &Client| {
+            let client = client.clone();
+            async move {
+                let mut request = http::Request::put("/version").body(Vec::new()).unwrap();
+                request.extensions_mut().insert(Idempotent);
+                client
+                    .request::<k8s_openapi::apimachinery::pkg::version::Info>(request)
+                    .await
+            }
+        };
         let (url, heads) = server(&[500, 503, 200]).await;
-        let version = hedge_client(Config::new(url.parse().unwrap()))
-            .unwrap()
-            .apiserver_version()
-            .await
-            .unwrap();
-        assert_eq!(version.git_version, "v1.36.5");
+        let answer = version(&hedge_client(Config::new(url.parse().unwrap())).unwrap()).await;
+        assert_eq!(answer.unwrap().git_version, "v1.36.5");
         assert_eq!(heads.lock().unwrap().len(), 3);
 
         let (url, heads) = server(&[500, 500, 500, 500, 200]).await;
-        let error = hedge_client(Config::new(url.parse().unwrap()))
-            .unwrap()
-            .apiserver_version()
+        let error = version(&client(Config::new(url.parse().unwrap())).unwrap())
             .await
             .unwrap_err();
         assert!(matches!(error, kube::Error::Api(_)), "{error:?}");
         let attempts = heads.lock().unwrap().len();
-        assert_eq!(attempts, 1 + HedgeRetry::FAILURES as usize);
+        assert_eq!(attempts, 1 + ServerRetry::FAILURES as usize);
     }
 
     /// A proxy is refused as kube's own builder refuses it without its proxy features.
@@ -348,16 +380,27 @@ mod tests {
         }
     }
 
-    /// A 500 is not retried by the client: the reconcile's own error routing decides.
+    /// A 500 answering a write not marked idempotent is not retried by the client: the
+    /// reconcile's own error routing decides. A read is retried.
     #[tokio::test]
-    async fn a_server_error_is_returned_not_retried() {
+    async fn a_server_error_is_returned_not_retried_for_a_write_retried_for_a_read() {
         let (url, heads) = server(&[500, 200]).await;
+        let request = http::Request::put("/version").body(Vec::new()).unwrap();
         let error = client(Config::new(url.parse().unwrap()))
             .unwrap()
-            .apiserver_version()
+            .request::<k8s_openapi::apimachinery::pkg::version::Info>(request)
             .await
             .unwrap_err();
         assert!(matches!(error, kube::Error::Api(_)), "{error:?}");
         assert_eq!(heads.lock().unwrap().len(), 1);
+
+        let (url, heads) = server(&[500, 200]).await;
+        let version = client(Config::new(url.parse().unwrap()))
+            .unwrap()
+            .apiserver_version()
+            .await
+            .unwrap();
+        assert_eq!(version.git_version, "v1.36.5");
+        assert_eq!(heads.lock().unwrap().len(), 2);
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod api_client;
 pub mod cli;
+pub mod hedged_reads;
 pub mod http;
 pub mod run;
 pub mod telemetry;

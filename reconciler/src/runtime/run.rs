@@ -60,7 +60,11 @@ fn with_user_agent(mut config: kube::Config, identity: &str, hedge: bool) -> kub
 pub async fn run(options: RunOptions) -> Result<()> {
     let config = config().await?;
     let identity = identity(options.identity.clone());
-    let client = api_client::client(with_user_agent(config.clone(), &identity, false))?;
+    let hedge_after = Some(options.hedge_after).filter(|after| !after.is_zero());
+    let client = api_client::reconciler_client(
+        with_user_agent(config.clone(), &identity, false),
+        hedge_after,
+    )?;
     let hedging = match options.hedge_after {
         Duration::ZERO => None,
         after => Some(Hedging::new(

@@ -8,7 +8,9 @@ use anyhow::{Result, bail, ensure};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use namespace_baseline_cluster_tests::AuditEvent;
 use namespace_baseline_cluster_tests::leadership::{self, ShutdownEnd, Term};
-use namespace_baseline_cluster_tests::repairs::{open_at, policy_writes_and_hedges, watches_open};
+use namespace_baseline_cluster_tests::repairs::{
+    open_at, policy_writes_and_hedges, reads_and_hedges, watches_open,
+};
 use namespace_baseline_leader::Timing;
 
 use crate::chaos::{Chaos, Process};
@@ -78,6 +80,9 @@ pub struct Verdict {
     /// and hedges (issue 38).
     pub first_writes: usize,
     pub hedges: usize,
+    /// The reconcilers' reads that reached the API server, and the hedges among them.
+    pub reads: usize,
+    pub hedged_reads: usize,
     /// Drift the audit log shows no repair for (overwritten by later drift, or lost: the
     /// final state check decides).
     pub unmatched: usize,
@@ -181,6 +186,8 @@ pub fn analyse(
         repairs_watch_open: Vec::new(),
         first_writes: 0,
         hedges: 0,
+        reads: 0,
+        hedged_reads: 0,
         unmatched,
         panics: processes.iter().map(|p| p.panics).sum(),
         unexpected_exits: processes
@@ -244,6 +251,7 @@ pub fn analyse(
     verdict.repairs_watch_down = down;
     verdict.repairs_watch_open = open;
     (verdict.first_writes, verdict.hedges) = policy_writes_and_hedges(events, reconciler);
+    (verdict.reads, verdict.hedged_reads) = reads_and_hedges(events, reconciler);
     Ok(verdict)
 }
 
