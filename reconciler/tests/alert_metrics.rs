@@ -24,7 +24,9 @@ fn exported() -> BTreeSet<String> {
 
 /// Every `namespace_baseline_*` word of a file.
 fn named_in(relative: &str) -> BTreeSet<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(relative);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|error| panic!("reading {}: {error}", path.display()));
     let mut names = BTreeSet::new();
