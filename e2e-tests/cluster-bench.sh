@@ -29,7 +29,9 @@
 # reconciler, default info), NSB_BENCH_OUT (the combined table, default a temp file),
 # NSB_BENCH_PRIORITY (default 1), NSB_BENCH_OPENREPORTS=1 (apply the openreports.io Report CRD,
 # reports-api v0.2.1 from the Go module proxy, to each fresh control plane before the
-# reconciler starts: the same phases with the reports written).
+# reconciler starts: the same phases with the reports written), NSB_BENCH_PERF=<file> (`perf
+# record` of the reconciler over the drift repairs, call graphs from DWARF: a bench-profile
+# build keeps its symbols; `perf report -i <file> --no-children`).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

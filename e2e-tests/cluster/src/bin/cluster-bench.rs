@@ -28,7 +28,8 @@
 //! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50]
 //! [--startups 3] [--takeovers 1] [--restart-only] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32]
 //! [--out FILE] [-- reconciler args...]`. Needs TEST_KUBECONFIG and NSB_RECONCILER_BIN; NSB_AUDIT_LOG for
-//! request counts; NSB_APISERVER_PID / NSB_ETCD_PID (the control plane's env) for CPU time.
+//! request counts; NSB_APISERVER_PID / NSB_ETCD_PID (the control plane's env) for CPU time;
+//! NSB_BENCH_PERF=<file> for a `perf record` of the reconciler over the drift repairs.
 //! `e2e-tests/cluster-bench.sh` builds, starts a fresh control plane per size and runs it.
 
 #[path = "cluster_bench/floor.rs"]
@@ -64,7 +65,7 @@ use serde_json::json;
 const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50] [--startups 3] [--takeovers 1] [--restart-only] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
 
 use observe::{BaselineWatch, Key, PolicyWatch, is_ready};
-use process::{CpuMeter, Memory, Reconciler, mib};
+use process::{CpuMeter, Memory, Profile, Reconciler, mib};
 use report::{Requests, Row, Samples, Verdict, ms};
 
 const LARGE_SIZE: usize = 5_000;
@@ -496,6 +497,7 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         let mark = cluster.audit.mark();
+        let profile = Profile::start(reconciler.pid());
         let cpu = CpuMeter::start(reconciler.pid());
         let before = reconciler.reconcile_time()?;
         let samples_n = options.samples;
@@ -521,6 +523,7 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
         .await?;
         let cpu_seconds = cpu.seconds();
         let cpu = cpu.describe();
+        drop(profile);
         tokio::time::sleep(Duration::from_secs(1)).await;
         let after = reconciler.reconcile_time()?;
         let requests = requests_since(cluster, mark);

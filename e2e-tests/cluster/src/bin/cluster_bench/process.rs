@@ -290,3 +290,41 @@ impl CpuMeter {
         format!("CPU s: {} in {wall:.2} s wall", used.join(", "))
     }
 }
+
+/// With `NSB_BENCH_PERF=<file>`: `perf record` of the reconciler over a phase (the drift
+/// repairs), call graphs from the stack's DWARF unwind tables, written to `<file>` (read it
+/// with `perf report -i <file> --no-children`). Stopped, and the file written, when dropped.
+pub struct Profile {
+    perf: Option<std::process::Child>,
+}
+
+impl Profile {
+    pub fn start(reconciler: u32) -> Self {
+        let Ok(out) = std::env::var("NSB_BENCH_PERF") else {
+            return Self { perf: None };
+        };
+        let pid = reconciler.to_string();
+        let perf = std::process::Command::new("perf")
+            .args(["record", "-q", "-F", "499", "--call-graph", "dwarf,16384"])
+            .args(["-p", &pid, "-o", &out])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .inspect_err(|error| eprintln!("!! NSB_BENCH_PERF: perf record: {error}"))
+            .ok();
+        // perf needs a moment to attach before the phase starts.
+        std::thread::sleep(Duration::from_millis(500));
+        Self { perf }
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        if let Some(mut perf) = self.perf.take() {
+            // SIGINT: perf writes its file and exits.
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &perf.id().to_string()])
+                .status();
+            let _ = perf.wait();
+        }
+    }
+}
