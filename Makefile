@@ -129,12 +129,13 @@ lint:
 unit-tests: policy.wasm
 	$(CARGO) test --workspace --exclude namespace-baseline-cluster-tests --exclude namespace-baseline-registry-tests --locked
 
-# The reconciler's import graph: its layers top to bottom, each file's size in lines and its
-# arrows (reconciler/tests/layers.rs, which `make unit-tests` runs: it fails naming the edge
-# when files import each other in a circle or a layer imports from one above it).
+# The import graphs of the layered crates (the reconciler, core, the playground): each
+# crate's layers top to bottom, each file's size in lines and its arrows (their
+# tests/layers.rs, which `make unit-tests` runs: each fails naming the edge when files import
+# each other in a circle or a layer imports from one above it).
 .PHONY: layers
 layers:
-	$(CARGO) test -p namespace-baseline-reconciler --test layers --locked -- --nocapture the_reconciler_has
+	$(CARGO) test -p namespace-baseline-reconciler -p namespace-baseline-core -p namespace-baseline-playground --test layers --locked -- --nocapture has_no_circle
 
 # Every fixture through the built module in a real waPC host (wasmtime), then through
 # kwctl (e2e-tests/kwctl.bats; every test says "skip kwctl not found" without it). The

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ObjectReference;
 use serde::{Deserialize, Serialize};
 
-use crate::doors::Reachability;
-use crate::holes::{Hole, Width};
-use crate::identity::{deny_all_policy_name, dns_policy_name};
-use crate::wall::Change;
+use crate::network::doors::Reachability;
+use crate::network::hole::{Hole, Width};
+use crate::network::wall::Change;
+use crate::vocabulary::identity::{deny_all_policy_name, dns_policy_name};
 
 /// The `source` of every report and result this product writes.
 pub const SOURCE: &str = "namespace-baseline";
@@ -340,8 +340,8 @@ fn enforced_result(baseline: &str, enforced: EnforcedState<'_>) -> ReportResult 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::holes::{Direction, NamespaceReach};
-    use crate::wall::Drift;
+    use crate::network::hole::{Direction, NamespaceReach};
+    use crate::network::wall::Drift;
     use k8s_openapi::api::networking::v1::NetworkPolicy;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use rstest::rstest;

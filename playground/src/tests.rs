@@ -10,6 +10,7 @@ use namespace_baseline_formats::fixture::{self, Verdict};
 use serde_json::Value;
 
 use super::*;
+use crate::editors::document;
 
 fn yaml(value: Option<&Value>) -> String {
     match value {

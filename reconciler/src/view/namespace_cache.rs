@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
-use namespace_baseline_core::plan::NamespaceFacts;
+use namespace_baseline_core::facts::NamespaceFacts;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -2,7 +2,7 @@
 //! Namespace carrying a baseline's guard label and a Deployment (2 replicas) whose pods,
 //! from their first instant, try TCP and UDP to a listener pod in another (unwalled)
 //! namespace, which tries to connect in; repeated R rounds with `podsWaitForWall` on (the
-//! built policy in the API server's admission chain, core/src/admission/pods.rs) and R with
+//! built policy in the API server's admission chain, core/src/decisions/admission/pods.rs) and R with
 //! its Pod CREATE rule out of the chain.
 //!
 //! What it tells: from the audit log, how many pods were admitted before the wall's
