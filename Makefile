@@ -38,6 +38,18 @@ policy.wasm: wasm-target wasm-opt
 	'$(WASM_OPT)' $(WASM_OPT_FLAGS) $(POLICY_ARTIFACT) -o policy.wasm
 	@echo ">> policy.wasm: $$(stat -c %s policy.wasm) bytes ($$(stat -c %s $(POLICY_ARTIFACT)) from rustc, then wasm-opt -Oz)"
 
+# Kubewarden's kwctl and policy-server 1.35.0, the one way every test and target finds them:
+# KWCTL / POLICY_SERVER when set, else on PATH at 1.35.0, else unpacked (checksums checked) into
+# $(NSB_CACHE_DIR)/kubewarden/1.35.0 from NSB_KUBEWARDEN_TOOLS (default ../shared/tools/kubewarden).
+# `make kubewarden-tools` prints the directory holding both; KUBEWARDEN_DIR is the same, for
+# recipes (evaluated only where used).
+KUBEWARDEN_INSTALL := e2e-tests/kubewarden/install.sh
+KUBEWARDEN_DIR = $(shell $(KUBEWARDEN_INSTALL))
+
+.PHONY: kubewarden-tools
+kubewarden-tools:
+	@$(KUBEWARDEN_INSTALL)
+
 KWCTL ?= kwctl
 annotated-policy.wasm: policy.wasm metadata.yml
 	@command -v '$(KWCTL)' >/dev/null || { echo "kwctl not found: install it from https://github.com/kubewarden/adm-controller/releases (kwctl >= 1.35 keeps hostCapabilities) to annotate the policy" >&2; exit 1; }
