@@ -208,7 +208,7 @@ impl<'a, N: NamespaceFacts> Planner<'a, N> {
             .filter_map(move |namespace| {
                 let name = namespace.name();
                 let existing = self.ours.get(name).map_or(&[][..], Vec::as_slice);
-                let selected = self.selector.selects(namespace);
+                let selected = self.selector.covers(namespace);
                 let changes = if selected {
                     plan_namespace(desired_wall(self.baseline, name, self.spec), existing, true)
                 } else if existing.is_empty() {
@@ -242,7 +242,7 @@ pub fn holes<N: NamespaceFacts, P: PolicyFacts>(
     let covered: std::collections::HashSet<&str> = planner
         .namespaces
         .iter()
-        .filter(|ns| !ns.terminating() && planner.selector.selects(*ns))
+        .filter(|ns| !ns.terminating() && planner.selector.covers(*ns))
         .map(NamespaceFacts::name)
         .collect();
     let mut found: Vec<(String, Hole)> = policies
@@ -284,7 +284,7 @@ pub fn matched_names<'a, N: NamespaceFacts>(
 ) -> impl Iterator<Item = &'a str> + 'a {
     namespaces
         .iter()
-        .filter(|ns| !ns.terminating() && selector.selects(*ns))
+        .filter(|ns| !ns.terminating() && selector.covers(*ns))
         .map(NamespaceFacts::name)
 }
 
@@ -296,7 +296,7 @@ pub fn left_out_names<'a, N: NamespaceFacts>(
 ) -> impl Iterator<Item = &'a str> + 'a {
     namespaces
         .iter()
-        .filter(|ns| !ns.terminating() && !selector.selects(*ns))
+        .filter(|ns| !ns.terminating() && !selector.covers(*ns))
         .map(NamespaceFacts::name)
 }
 

@@ -16,6 +16,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubernetesS
 /// "names" namespaces through it (`kubernetes.io/metadata.name NotIn [kube-system]`).
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
+/// The namespaces Kubernetes itself runs in, which no baseline covers whatever its selector
+/// says: a wall there would cut the control plane's own pods (CoreDNS, kube-proxy, the
+/// network plugin) off the cluster, and their pods must never wait on an admission webhook
+/// (docs/design.md, "System namespaces").
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// Whether `name` is one of the [`SYSTEM_NAMESPACES`].
+pub fn is_system_namespace(name: &str) -> bool {
+    SYSTEM_NAMESPACES.contains(&name)
+}
+
 /// Which namespaces a baseline covers: requirements that must all hold (none: every
 /// namespace).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -310,13 +321,23 @@ impl LabelSelector {
         self.matches_with(|key| labels.get(key).map(String::as_str))
     }
 
-    /// Whether this namespace is covered. A namespace always carries
-    /// [`NAMESPACE_NAME_LABEL`] with its name, whether the cache kept the label or not.
+    /// Whether this selector selects the namespace (a NetworkPolicy's namespace selector
+    /// reaching it, say). A namespace always carries [`NAMESPACE_NAME_LABEL`] with its name,
+    /// whether the cache kept the label or not.
     pub fn selects(
         &self,
         namespace: &(impl crate::vocabulary::facts::NamespaceFacts + ?Sized),
     ) -> bool {
         self.matches_with(|key| namespace_label(namespace, key))
+    }
+
+    /// Whether a baseline with this selector covers the namespace: it selects it, and it is
+    /// not one of the [`SYSTEM_NAMESPACES`], which no baseline covers.
+    pub fn covers(
+        &self,
+        namespace: &(impl crate::vocabulary::facts::NamespaceFacts + ?Sized),
+    ) -> bool {
+        !is_system_namespace(namespace.name()) && self.selects(namespace)
     }
 
     /// Whether it covers a namespace created without any label of its own (it carries only
@@ -536,6 +557,24 @@ pub fn is_valid_subdomain(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_baseline_covers_a_system_namespace() {
+        let everything = LabelSelector::from_kubernetes(&Default::default()).unwrap();
+        for name in SYSTEM_NAMESPACES {
+            let namespace = meta(name);
+            assert!(everything.selects(&namespace), "{name}");
+            assert!(!everything.covers(&namespace), "{name}");
+        }
+        assert!(everything.covers(&meta("default")));
+    }
+
+    fn meta(name: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        }
+    }
     use rstest::rstest;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -119,7 +119,7 @@ pub fn baselines_for_namespace(
             [before, after]
                 .into_iter()
                 .flatten()
-                .any(|namespace| selector.selects(namespace))
+                .any(|namespace| selector.covers(namespace))
         })
         .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
         .collect()
@@ -146,7 +146,7 @@ pub fn baselines_for_policy(
                 baseline
                     .spec
                     .validate()
-                    .is_ok_and(|selector| selector.selects(namespace.as_ref()))
+                    .is_ok_and(|selector| selector.covers(namespace.as_ref()))
             })
             .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
             .collect();

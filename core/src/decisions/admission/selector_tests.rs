@@ -198,6 +198,7 @@ fn an_in_selector_guards_its_label_values(
 #[case::exempt_identity_may("team-new", json!({"hedronite.io/baseline-opt-out": "true"}), "breakglass-admin", "")]
 #[case::reconciler_may("kubewarden", json!({}), "system:serviceaccount:namespace-baseline:namespace-baseline-reconciler", "")]
 #[case::the_api_server_recreating_its_own("kube-node-lease", json!({}), "system:apiserver", "")]
+#[case::a_system_namespace_is_no_way_out("kube-public", json!({}), "alice", "")]
 fn a_namespace_cannot_be_created_opted_out(
     #[case] name: &str,
     #[case] labels: Value,
@@ -282,4 +283,23 @@ fn a_baseline_setting_both_forms_guards_nothing() {
     let guard = selector.guard().unwrap();
     assert!(guard.namespace_selector);
     assert!(guard.selector.selects_new_namespaces());
+}
+
+/// No baseline covers a system namespace (`kube-system`, `kube-public`, `kube-node-lease`),
+/// whatever its selector says: their labels may change, and their pods never wait.
+#[rstest]
+#[case::system_namespace("kube-public", "")]
+#[case::any_other("team-a", "It would no longer meet tier in (a,b)")]
+fn a_system_namespace_is_never_guarded(#[case] name: &str, #[case] denial: &str) {
+    let verdict = review(
+        &request(
+            "UPDATE",
+            "alice",
+            namespace(name, json!({"tier": "c"})),
+            namespace(name, json!({"tier": "a"})),
+        ),
+        &gate(&[]),
+        &live(&[tiers()]),
+    );
+    assert_verdict(&verdict, denial);
 }

@@ -15,7 +15,9 @@ pub(crate) use super::borrowed::{
 };
 use super::borrowed::{is_namespace, is_network_policy, is_pod};
 use crate::vocabulary::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
-use crate::vocabulary::selector::{LabelSelector, NAMESPACE_NAME_LABEL, short_form_holds};
+use crate::vocabulary::selector::{
+    LabelSelector, NAMESPACE_NAME_LABEL, is_system_namespace, short_form_holds,
+};
 use crate::vocabulary::spec::Mode;
 
 /// Whether labels claim an object is managed by Namespace Baseline
@@ -78,6 +80,11 @@ impl<'a> GuardRef<'a> {
     /// What the namespace `name` with these labels does not meet, for a message (`None`: it
     /// is covered).
     pub fn unmet(&self, labels: &Labels<'_>, name: &str) -> Option<String> {
+        if is_system_namespace(name) {
+            return Some(format!(
+                "{name} is a system namespace, which no baseline covers"
+            ));
+        }
         let label = |key: &str| {
             labels
                 .get(key)
