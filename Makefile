@@ -50,10 +50,12 @@ KUBEWARDEN_DIR = $(shell $(KUBEWARDEN_INSTALL))
 kubewarden-tools:
 	@$(KUBEWARDEN_INSTALL)
 
-KWCTL ?= kwctl
+# The policy as Kubewarden publishes it: kwctl annotate embeds metadata.yml (rules,
+# contextAwareResources, hostCapabilities), without which policy-server refuses the module.
 annotated-policy.wasm: policy.wasm metadata.yml
-	@command -v '$(KWCTL)' >/dev/null || { echo "kwctl not found: install it from https://github.com/kubewarden/adm-controller/releases (kwctl >= 1.35 keeps hostCapabilities) to annotate the policy" >&2; exit 1; }
-	'$(KWCTL)' annotate policy.wasm --metadata-path metadata.yml --output-path annotated-policy.wasm
+	kwctl="$$($(KUBEWARDEN_INSTALL) kwctl)"; \
+	"$$kwctl" annotate policy.wasm --metadata-path metadata.yml --output-path annotated-policy.wasm
+	@echo ">> annotated-policy.wasm: $$(stat -c %s annotated-policy.wasm) bytes (kwctl annotate with metadata.yml)"
 
 # The browser playground (playground/): the core's and the policy's decisions compiled to
 # wasm32-unknown-unknown with wasm-bindgen, and a static page in $(PLAYGROUND_DIST). The
@@ -149,15 +151,20 @@ unit-tests: policy.wasm
 layers:
 	$(CARGO) test -p namespace-baseline-reconciler -p namespace-baseline-core -p namespace-baseline-playground --test layers --locked -- --nocapture has_no_circle
 
-# Every fixture through the built module in a real waPC host (wasmtime), then through
-# kwctl (e2e-tests/kwctl.bats; every test says "skip kwctl not found" without it). The
-# context-aware fixtures need the annotated module, which kwctl itself writes.
+# Every fixture through the built module in a real waPC host (wasmtime), which also records
+# the host calls the policy makes for each as a kwctl replay session; then every fixture
+# through kwctl 1.35 (e2e-tests/kwctl.bats), the context-aware ones against the annotated
+# module with those sessions replayed. Fails on a failed or a skipped bats test.
+KWCTL_SESSIONS := $(or $(CARGO_TARGET_DIR),target)/kwctl-sessions
 .PHONY: e2e-tests
-e2e-tests: policy.wasm
-	$(CARGO) run -p namespace-baseline-e2e --bin e2e-runner --locked -- --wasm policy.wasm --fixtures $(FIXTURES)
+e2e-tests: policy.wasm annotated-policy.wasm
 	@command -v bats >/dev/null || { echo "!! bats not found: run e2e-tests/setup.sh (make test does)" >&2; exit 1; }
-	@if command -v kwctl >/dev/null; then $(MAKE) --no-print-directory annotated-policy.wasm; fi
-	POLICY_WASM=policy.wasm bats e2e-tests/kwctl.bats
+	rm -rf '$(KWCTL_SESSIONS)'
+	$(CARGO) run -p namespace-baseline-e2e --bin e2e-runner --locked -- --wasm policy.wasm --fixtures $(FIXTURES) --kwctl-sessions '$(KWCTL_SESSIONS)'
+	POLICY_WASM=policy.wasm ANNOTATED_WASM=annotated-policy.wasm KWCTL_SESSIONS='$(KWCTL_SESSIONS)' \
+		bats --tap e2e-tests/kwctl.bats | tee '$(KWCTL_SESSIONS)/kwctl.tap'
+	@awk '/^ok / && / # skip/ {skipped++; next} /^ok / {passed++} /^not ok / {failed++} \
+		END {printf ">> kwctl.bats: %d passed, %d failed, %d skipped\n", passed, failed, skipped; exit (failed + skipped > 0)}' '$(KWCTL_SESSIONS)/kwctl.tap'
 
 # The reconciler against a real kube-apiserver + etcd built from Go modules (or the
 # cluster of TEST_KUBECONFIG): CRD, RBAC, drift repair, leader election, request counts.
@@ -272,7 +279,7 @@ hack-check: cargo-hakari
 
 # The oldest Rust the crates users build accept (rust-version in Cargo.toml): core, the leader
 # election, the policy (for wasm32-wasip1, as it ships), the reconciler, the playground, the
-# demo. The test tools (the e2e runner, the stand-in policy-server) need 1.95, wasmtime 48's.
+# demo. The test tools (the e2e runner) need 1.95, wasmtime 48's.
 # Checked in CI (.ci/run).
 MSRV := $(shell awk -F'"' '/^rust-version/ { print $$2; exit }' Cargo.toml)
 # Its own directory, as clippy's: e2e-tests/prebuild.sh runs it while the tests wait.
@@ -370,13 +377,14 @@ image: reconciler-static
 
 # Publishes the image (`make image` first: `make image push REGISTRY=...`) and the policy,
 # annotated and pushed with kwctl only (policy-server refuses the plain module), and prints
-# both digests with the helm command that pins them.
-.PHONY: push
-push:
-	@test -n '$(REGISTRY)' || { echo "!! make push needs REGISTRY, e.g. make image push REGISTRY=registry.example.com/team" >&2; exit 1; }
-	@command -v '$(KWCTL)' >/dev/null || { echo "!! kwctl not found ($(KWCTL)): make push publishes the policy with kwctl annotate + kwctl push only, since policy-server refuses a module without kwctl's annotation (\"Policy is missing protocol version\"); install kwctl from https://github.com/kubewarden/adm-controller/releases. Nothing was pushed." >&2; exit 1; }
-	$(MAKE) --no-print-directory annotated-policy.wasm KWCTL='$(KWCTL)'
-	e2e-tests/image/push.sh --image '$(IMAGE)' --policy '$(POLICY_REF)' --platforms '$(PLATFORMS)' --kwctl '$(KWCTL)'
+# both digests with the helm command that pins them. `make push-policy REGISTRY=...`: the
+# policy alone. TLS_VERIFY=false: a registry over plain HTTP.
+.PHONY: push push-policy
+push push-policy:
+	@test -n '$(REGISTRY)' || { echo "!! make $@ needs REGISTRY, e.g. make image push REGISTRY=registry.example.com/team" >&2; exit 1; }
+	@$(KUBEWARDEN_INSTALL) kwctl >/dev/null || { echo "!! make $@ publishes the policy with kwctl annotate + kwctl push only, since policy-server refuses a module without kwctl's annotation (\"Policy is missing protocol version\"). Nothing was pushed." >&2; exit 1; }
+	$(MAKE) --no-print-directory annotated-policy.wasm
+	e2e-tests/image/push.sh $(if $(filter push,$@),--image '$(IMAGE)' --platforms '$(PLATFORMS)') --policy '$(POLICY_REF)' --kwctl "$$($(KUBEWARDEN_INSTALL) kwctl)"
 
 # policy.wasm through a real registry (the CNCF distribution registry, built from Go modules):
 # pushed with oras as Kubewarden stores policies, pulled back by digest with oci-client.

@@ -1,17 +1,28 @@
 #!/usr/bin/env bats
-# Runs the fixtures of e2e-tests/fixtures through `kwctl run`, the way a policy author checks
-# a policy before publishing it. The same fixtures run in the e2e-runner (a waPC host built
-# like the policy-server); this file checks that kwctl reaches the same verdicts.
+# Runs the fixtures of e2e-tests/fixtures through `kwctl run` (Kubewarden's kwctl 1.35), the
+# way a policy author checks a policy before publishing it. The same fixtures run in the
+# e2e-runner (a waPC host built like the policy-server); this file checks that kwctl, which
+# embeds the policy-server's own evaluator, reaches the same verdicts.
 #
-#   bats e2e-tests/kwctl.bats                    # from the repository root
-#   POLICY_WASM=path/to/policy.wasm bats e2e-tests/kwctl.bats
+#   make e2e-tests                               # what CI runs: e2e-runner, then this file
+#   bats e2e-tests/kwctl.bats                    # from the repository root, after make policy.wasm
+#
+# Environment (all optional): KWCTL (else e2e-tests/kubewarden/install.sh finds or installs
+# kwctl 1.35.0; without it every test fails, saying how to get it), POLICY_WASM (default
+# policy.wasm), ANNOTATED_WASM (default: this file runs `kwctl annotate` on POLICY_WASM with
+# metadata.yml), KWCTL_SESSIONS (the directory `e2e-runner --kwctl-sessions` wrote; default:
+# this file runs the e2e runner itself), FIXTURES_DIR.
+#
+# Each fixture whose policy reads the cluster runs against the annotated module (kwctl grants
+# a policy only the contextAwareResources of its metadata) with --allow-context-aware and
+# --replay-host-capabilities-interactions: the session the e2e runner recorded from the built
+# policy for that fixture. kwctl compares every request the policy sends with the session's
+# ("Replay error: unexpected request" otherwise), and a session left half-replayed fails too.
 #
 # One test per decision family (bats cannot generate tests); each loops over the fixtures
 # whose file name starts with the family's prefix and reports every mismatch before failing.
-# The last test prints how many fixtures ran, passed, failed, were skipped, and were not
-# applicable under kwctl, and fails if any fixture kwctl could run was skipped. Without kwctl
-# on PATH the kwctl tests are skipped (and say so); the family check runs anyway. Helpers:
-# e2e-tests/kwctl.bash.
+# The last test prints how many fixtures ran, passed, failed, and were not applicable under
+# kwctl. Nothing is skipped. Helpers: e2e-tests/kwctl.bash.
 
 load kwctl
 
@@ -23,43 +34,52 @@ FAMILIES=(policy-delete policy-update policy-create namespace exempt not-exempt 
 
 setup_file() {
 	E2E_DIR="$(cd "$(dirname "$BATS_TEST_FILENAME")" && pwd)"
+	ROOT="$(cd "$E2E_DIR/.." && pwd)"
 	export E2E_DIR
 	export FIXTURES_DIR="${FIXTURES_DIR:-$E2E_DIR/fixtures}"
-	if [ -z "${POLICY_WASM:-}" ]; then
-		# The annotated module carries metadata.yml (contextAwareResources), which
-		# --allow-context-aware needs; the plain module is enough for everything else.
-		if [ -f annotated-policy.wasm ]; then
-			POLICY_WASM=annotated-policy.wasm
-		else
-			POLICY_WASM=policy.wasm
-		fi
+	command -v jq >/dev/null || {
+		echo "jq not found: e2e-tests/setup.sh installs it (apt-get install jq)" >&2
+		return 1
+	}
+	# The install script says what to do when it cannot find kwctl.
+	KWCTL="$("$E2E_DIR/kubewarden/install.sh" kwctl)"
+	export KWCTL
+	echo "# $("$KWCTL" --version | head -n 1) ($KWCTL)" >&3
+	export KWCTL_TRUST_CONFIG="$BATS_FILE_TMPDIR/sigstore-trust-config.json"
+	echo '{}' >"$KWCTL_TRUST_CONFIG"
+
+	export POLICY_WASM="${POLICY_WASM:-policy.wasm}"
+	[ -f "$POLICY_WASM" ] || {
+		echo "policy module $POLICY_WASM not found: run make policy.wasm (or set POLICY_WASM)" >&2
+		return 1
+	}
+	if [ -z "${ANNOTATED_WASM:-}" ]; then
+		ANNOTATED_WASM="$BATS_FILE_TMPDIR/annotated-policy.wasm"
+		"$KWCTL" annotate "$POLICY_WASM" --metadata-path "$ROOT/metadata.yml" --output-path "$ANNOTATED_WASM"
 	fi
-	export POLICY_WASM
-	# kwctl grants a policy only the contextAwareResources of its metadata, which only the
-	# annotated module carries: the context-aware fixtures run against that one.
-	export ANNOTATED_WASM="${ANNOTATED_WASM:-annotated-policy.wasm}"
-	# One line per family: "family passed failed skipped not-applicable".
-	export TALLY="$BATS_FILE_TMPDIR/tally"
+	export ANNOTATED_WASM
+	if [ -z "${KWCTL_SESSIONS:-}" ]; then
+		KWCTL_SESSIONS="$BATS_FILE_TMPDIR/sessions"
+		# Its verdicts are make e2e-tests' first step; here only the sessions matter.
+		(cd "$ROOT" && cargo run -q --locked -p namespace-baseline-e2e --bin e2e-runner -- \
+			--wasm "$(realpath "$POLICY_WASM")" --fixtures "$FIXTURES_DIR" --kwctl-sessions "$KWCTL_SESSIONS") \
+			>"$BATS_FILE_TMPDIR/e2e-runner.log" 2>&1 || true
+		ls "$KWCTL_SESSIONS"/*.yml >/dev/null 2>&1 || {
+			echo "the e2e runner wrote no kwctl session:" >&2
+			tail -n 20 "$BATS_FILE_TMPDIR/e2e-runner.log" >&2
+			return 1
+		}
+	fi
+	export KWCTL_SESSIONS
+	# One line per family: "family passed failed not-applicable"; one line per fixture run with
+	# a replayed session.
+	export TALLY="$BATS_FILE_TMPDIR/tally" REPLAYED="$BATS_FILE_TMPDIR/replayed"
 	: >"$TALLY"
+	: >"$REPLAYED"
 }
 
-# The tests that run kwctl skip without it (and say so); the family check needs no kwctl.
-need_kwctl() {
-	if ! command -v kwctl >/dev/null 2>&1; then
-		skip "kwctl not found"
-	fi
-	if ! command -v jq >/dev/null 2>&1; then
-		echo "jq not found: e2e-tests/setup.sh installs it" >&2
-		return 1
-	fi
-	if [ ! -f "$POLICY_WASM" ]; then
-		echo "policy module $POLICY_WASM not found: run make (or set POLICY_WASM)" >&2
-		return 1
-	fi
-}
-
-# Checks one fixture; prints why on a mismatch. Returns 0 (pass), 1 (fail), 3 (skipped: a
-# fixture kwctl could run was not run; reason printed) or 4 (not applicable under kwctl).
+# Checks one fixture; prints why on a mismatch. Returns 0 (pass), 1 (fail) or
+# 4 (not applicable under kwctl).
 check_fixture() {
 	local fixture="$1" name work settings request session out err status why
 	name="$(basename "$fixture" .json)"
@@ -84,21 +104,28 @@ check_fixture() {
 	                            operation: "UPDATE", name: "x", namespace: "x",
 	                            userInfo: {username: "settings-check"}})}' "$fixture" >"$request"
 
-	local wasm="$POLICY_WASM"
-	local args=(run --settings-path "$settings" --request-path "$request")
-	if [ "$(fixture_jq -r 'needs_session' "$fixture")" = "true" ]; then
-		if [ ! -f "$ANNOTATED_WASM" ]; then
-			echo "SKIPPED $name: fixtures that read the cluster need $ANNOTATED_WASM (make annotated-policy.wasm): kwctl only grants the contextAwareResources of metadata.yml"
-			return 3
-		fi
+	local wasm="$POLICY_WASM" kind
+	local args=(--settings-path "$settings" --request-path "$request")
+	session="$KWCTL_SESSIONS/$name.yml"
+	kind="$(kwctl_session_kind "$session")"
+	# The e2e runner calls validate, and so writes a session, unless the settings are refused.
+	if [ "$kind" = missing ] && [ "$(fixture_jq -r 'settings_valid' "$fixture")" = "true" ]; then
+		echo "FAIL $name: no kwctl session $session (e2e-runner --kwctl-sessions writes one for every fixture whose validate runs)"
+		return 1
+	fi
+	if [ "$kind" = replay ]; then
 		wasm="$ANNOTATED_WASM"
-		session="$work/session.yml"
-		write_session "$fixture" "$session"
 		args+=(--allow-context-aware --replay-host-capabilities-interactions "$session")
+		echo "$name" >>"$REPLAYED"
 	fi
 
 	status=0
-	kwctl "${args[@]}" "$wasm" >"$out" 2>"$err" || status=$?
+	kwctl_offline run "${args[@]}" "$wasm" >"$out" 2>"$err" || status=$?
+	# kwctl only warns when the policy made fewer calls than the session holds.
+	if grep -q 'recorded exchanges have not been replayed' "$err"; then
+		echo "FAIL $name: the policy did not make every call of $session under kwctl: $(grep 'not been replayed' "$err" | tail -n 1 | cut -c 1-400)"
+		return 1
+	fi
 
 	local want_contains
 	want_contains="$(fixture_jq -r 'message_contains' "$fixture")"
@@ -151,11 +178,9 @@ check_fixture() {
 	return 0
 }
 
-# Runs every fixture of a family; fails listing each mismatch, and when a fixture kwctl
-# could run was skipped.
+# Runs every fixture of a family; fails listing each mismatch.
 run_family() {
-	need_kwctl
-	local prefix="$1" fixture line rc passed=0 failed=0 skipped=0 not_applicable=0
+	local prefix="$1" fixture line rc passed=0 failed=0 not_applicable=0
 	local -a report=()
 	shopt -s nullglob
 	local -a files=("$FIXTURES_DIR/$prefix"-*.json)
@@ -170,15 +195,14 @@ run_family() {
 		report+=("$line")
 		case "$rc" in
 		0) passed=$((passed + 1)) ;;
-		3) skipped=$((skipped + 1)) ;;
 		4) not_applicable=$((not_applicable + 1)) ;;
 		*) failed=$((failed + 1)) ;;
 		esac
 	done
-	echo "$prefix $passed $failed $skipped $not_applicable" >>"$TALLY"
+	echo "$prefix $passed $failed $not_applicable" >>"$TALLY"
 	printf '%s\n' "${report[@]}" | sed '/^$/d'
-	echo "$prefix: $passed passed, $failed failed, $skipped skipped, $not_applicable not applicable"
-	[ "$failed" -eq 0 ] && [ "$skipped" -eq 0 ]
+	echo "$prefix: $passed passed, $failed failed, $not_applicable not applicable"
+	[ "$failed" -eq 0 ]
 }
 
 @test "every fixture belongs to a family" {
@@ -250,17 +274,18 @@ run_family() {
 	run_family pods
 }
 
-@test "summary: every fixture kwctl can run ran" {
-	need_kwctl
-	local ran passed failed skipped not_applicable
-	read -r passed failed skipped not_applicable < <(awk '{p += $2; f += $3; s += $4; n += $5} END {print p+0, f+0, s+0, n+0}' "$TALLY")
+@test "summary: every fixture ran through kwctl, or is not applicable" {
+	local ran passed failed not_applicable fixtures replayed
+	read -r passed failed not_applicable < <(awk '{p += $2; f += $3; n += $4} END {print p+0, f+0, n+0}' "$TALLY")
 	ran=$((passed + failed))
-	echo "kwctl.bats: $ran fixtures ran ($passed passed, $failed failed), $skipped skipped, $not_applicable not applicable under kwctl" >&3
-	echo "kwctl: $passed passed, $failed failed, $skipped skipped" >&3
+	fixtures="$(find "$FIXTURES_DIR" -maxdepth 1 -name '*.json' | wc -l)"
+	replayed="$(sort -u "$REPLAYED" | wc -l)"
+	echo "# kwctl.bats: $ran fixtures ran through kwctl ($passed passed, $failed failed; $replayed with a replayed host-call session), $not_applicable not applicable under kwctl, of $fixtures" >&3
 	if [ "$(wc -l <"$TALLY")" -ne "${#FAMILIES[@]}" ]; then
 		echo "only $(wc -l <"$TALLY") of ${#FAMILIES[@]} families ran (a filter, or a family test stopped early)"
+		return 1
 	fi
-	[ "$ran" -gt 0 ]
-	[ "$skipped" -eq 0 ]
+	[ "$((ran + not_applicable))" -eq "$fixtures" ]
+	[ "$replayed" -gt 0 ]
 	[ "$failed" -eq 0 ]
 }

@@ -18,7 +18,10 @@
 #         targets.
 #   tools Go >= 1.26 (the control plane, built from Go modules) and Node.js >= 20 with npm
 #         (the browser test) must be there: they are not installed from Debian (its Go is
-#         too old); the script says so.
+#         too old); the script says so. Kubewarden's kwctl and policy-server 1.35.0 (kwctl.bats,
+#         make push, the admission chain of the cluster and node tests): neither is in the
+#         Rust crate registry; e2e-tests/kubewarden/install.sh finds them (KWCTL,
+#         POLICY_SERVER, PATH) or unpacks them, checksums checked, into the tools cache.
 #   npm   playground/tests' node_modules (npm ci), when its lock changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -109,6 +112,16 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
   version_at_least "$node_version" 20 || problems+=("Node.js $node_version is older than 20")
 else
   problems+=("Node.js >= 20 and npm not found: they run the playground's browser test")
+fi
+
+# Kubewarden's tools: found, or unpacked from ../shared/tools/kubewarden (NSB_KUBEWARDEN_TOOLS).
+if ((check_only)); then
+  "$ROOT/e2e-tests/kubewarden/install.sh" --check >/dev/null ||
+    problems+=("kwctl and policy-server 1.35.0: see the message above (e2e-tests/kubewarden/install.sh)")
+elif kubewarden_dir="$("$ROOT/e2e-tests/kubewarden/install.sh")"; then
+  say "kwctl and policy-server 1.35.0 in $kubewarden_dir"
+else
+  problems+=("kwctl and policy-server 1.35.0: see the message above (e2e-tests/kubewarden/install.sh)")
 fi
 
 # The browser test's npm packages (playwright-core), when the lock is newer than the install.

@@ -7,6 +7,8 @@
 # Usage: e2e-tests/kubewarden/install.sh                 # prints the directory holding both
 #        e2e-tests/kubewarden/install.sh kwctl           # prints the path of kwctl
 #        e2e-tests/kubewarden/install.sh policy-server   # prints the path of policy-server
+#        e2e-tests/kubewarden/install.sh --check         # writes nothing: fails, saying what
+#                                                        # to do, when it could not supply them
 # The answer is the last line on stdout; progress and errors go to stderr.
 #
 # Where each program comes from, first match wins:
@@ -29,20 +31,28 @@ log() { echo "[kubewarden] $*" >&2; }
 die() { echo "!! kubewarden: $*" >&2; exit 1; }
 
 want=${1:-dir}
+check_only=0
 case $want in
 dir | kwctl | policy-server) ;;
-*) echo "usage: $0 [kwctl|policy-server]" >&2; exit 2 ;;
+--check) want=dir check_only=1 ;;
+*) echo "usage: $0 [kwctl|policy-server|--check]" >&2; exit 2 ;;
 esac
 
 version_of() { "$1" --version 2>/dev/null | head -1 | awk '{print $2}'; }
 
 # The cache, filled once per version under a lock (the prebuild and a test step may both ask).
 from_cache() {
-  mkdir -p "$CACHE_ROOT"
-  exec 9>"$DIR.lock"
-  flock 9
+  if ((check_only == 0)); then
+    mkdir -p "$CACHE_ROOT"
+    exec 9>"$DIR.lock"
+    flock 9
+  fi
   if [[ $(version_of "$DIR/kwctl") == "$VERSION" && $(version_of "$DIR/policy-server") == "$VERSION" ]]; then
     exec 9>&-
+    return
+  fi
+  if ((check_only)) && [[ -x $TOOLS/install ]]; then
+    log "kwctl and policy-server $VERSION would be unpacked from $TOOLS into $DIR"
     return
   fi
   [[ -x $TOOLS/install ]] || die "kwctl and policy-server $VERSION are neither named (KWCTL=..., POLICY_SERVER=...) nor on PATH, and $TOOLS/install does not exist.
@@ -86,6 +96,7 @@ dir)
     dirname "$kwctl"
   else
     links="$CACHE_ROOT/links-$(printf '%s\n%s\n' "$kwctl" "$policy_server" | sha256sum | cut -c1-16)"
+    ((check_only)) && { echo "$links"; exit 0; }
     mkdir -p "$links"
     ln -sfn "$kwctl" "$links/kwctl"
     ln -sfn "$policy_server" "$links/policy-server"

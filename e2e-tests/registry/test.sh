@@ -11,7 +11,10 @@
 #    policy-fetcher): pulled by digest as policy-server pulls a registry:// module, the module
 #    is byte-identical, the media types are Kubewarden's, and Kubewarden's own way of pushing
 #    stores the same blobs;
-# 4. `make push` without kwctl must fail before pushing anything, naming kwctl (the module
+# 4. `make push-policy` (make push's policy half) as a user runs it: kwctl 1.35 annotates
+#    policy.wasm with metadata.yml and pushes it; the registry serves annotated-policy.wasm
+#    under the printed digest, with the metadata's annotations on the manifest. With a KWCTL
+#    that does not exist it must fail before pushing anything, naming kwctl (the module
 #    without kwctl's annotation is refused by policy-server).
 #
 # The registry is stopped by its PID and its directory removed on exit (KEEP_STATE=1 keeps it).
@@ -85,18 +88,40 @@ export NSB_REGISTRY
 NSB_POLICY_REF="$NSB_REGISTRY/$POLICY_REPO@$digest" NSB_POLICY_WASM="$POLICY_WASM" NSB_POLICY_CREATED="$CREATED" \
   "$CARGO" test -p namespace-baseline-registry-tests --locked -- --nocapture --test-threads=1
 
-nsb_say "make push without kwctl must refuse, naming kwctl, and push nothing"
+nsb_say "make push-policy, as a user publishes the policy: kwctl annotate, then kwctl push (plain HTTP: TLS_VERIFY=false)"
 set +e
-out="$(make -s --no-print-directory push REGISTRY="$NSB_REGISTRY/check" KWCTL="$WORK/no-such-kwctl" 2>&1)"
+out="$(make -s --no-print-directory push-policy REGISTRY="$NSB_REGISTRY/team" TLS_VERIFY=false 2>&1)"
 rc=$?
 set -e
-while IFS= read -r line; do echo "   make push: $line"; done <<<"$out"
-[[ $rc != 0 ]] || { echo "!! make push succeeded without kwctl" >&2; exit 1; }
-grep -q kwctl <<<"$out" || { echo "!! make push failed without naming kwctl" >&2; exit 1; }
+while IFS= read -r line; do echo "   make push-policy: $line"; done <<<"$out"
+[[ $rc == 0 ]] || { echo "!! make push-policy failed (exit $rc)" >&2; exit 1; }
+pushed="$(sed -n 's|^policy: registry://||p' <<<"$out")"
+[[ "$pushed" =~ ^$NSB_REGISTRY/team/$POLICY_REPO@sha256:[0-9a-f]{64}$ ]] ||
+  { echo "!! make push-policy printed no pinned reference: '$pushed'" >&2; exit 1; }
+# What the registry serves under that digest: one layer, annotated-policy.wasm byte for byte,
+# and the manifest carries the metadata's annotations (what Artifact Hub and renovate read).
+manifest="$(curl -fsS -H "Accept: application/vnd.oci.image.manifest.v1+json" \
+  "http://$NSB_REGISTRY/v2/team/$POLICY_REPO/manifests/${pushed#*@}")"
+layer="$(jq -r '.layers | if length == 1 then .[0].digest else error("\(length) layers") end' <<<"$manifest")"
+[[ "sha256:$(curl -fsS "http://$NSB_REGISTRY/v2/team/$POLICY_REPO/blobs/$layer" | sha256sum | cut -d' ' -f1)" == \
+  "sha256:$(sha256sum annotated-policy.wasm | cut -d' ' -f1)" ]] ||
+  { echo "!! the pushed layer $layer is not annotated-policy.wasm" >&2; exit 1; }
+title="$(jq -r '.annotations["io.kubewarden.policy.title"] // empty' <<<"$manifest")"
+[[ "$title" == namespace-baseline ]] || { echo "!! the pushed manifest lacks metadata.yml's title annotation: $(jq -c .annotations <<<"$manifest")" >&2; exit 1; }
+nsb_say "pushed and served by digest: one layer, annotated-policy.wasm ($(stat -c %s annotated-policy.wasm) bytes), title annotation '$title'"
+
+nsb_say "make push-policy with a KWCTL that does not exist must refuse, naming kwctl, and push nothing"
+set +e
+out="$(make -s --no-print-directory push-policy REGISTRY="$NSB_REGISTRY/check" TLS_VERIFY=false KWCTL="$WORK/no-such-kwctl" 2>&1)"
+rc=$?
+set -e
+while IFS= read -r line; do echo "   make push-policy: $line"; done <<<"$out"
+[[ $rc != 0 ]] || { echo "!! make push-policy succeeded without kwctl" >&2; exit 1; }
+grep -q kwctl <<<"$out" || { echo "!! make push-policy failed without naming kwctl" >&2; exit 1; }
 catalog="$(curl -fsS "http://$NSB_REGISTRY/v2/_catalog")"
 if jq -e '.repositories | any(startswith("check/"))' <<<"$catalog" >/dev/null; then
-  echo "!! make push without kwctl pushed something: $catalog" >&2
+  echo "!! make push-policy without kwctl pushed something: $catalog" >&2
   exit 1
 fi
-nsb_say "refused (exit $rc), registry untouched: $(jq -c .repositories <<<"$catalog")"
+nsb_say "refused (exit $rc), nothing under check/: $(jq -c .repositories <<<"$catalog")"
 nsb_say "registry tests passed"

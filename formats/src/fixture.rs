@@ -4,6 +4,8 @@
 //! fields refused, a verdict required) are the same for the e2e runner, its tests and
 //! benchmark, and the playground.
 
+pub mod kwctl_session;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 

@@ -34,6 +34,10 @@ pub struct Report {
     pub message: Option<String>,
     /// The warnings the policy returned (`validate` only).
     pub warnings: Vec<String>,
+    /// The host calls of `validate`, in order (logging included); `None` when `validate` did
+    /// not run. What `--kwctl-sessions` replays.
+    #[serde(skip)]
+    pub validate_calls: Option<Vec<HostCall>>,
 }
 
 impl Report {
@@ -50,6 +54,7 @@ impl Report {
             failures: vec![format!("unreadable fixture: {}", unreadable.error)],
             message: None,
             warnings: Vec::new(),
+            validate_calls: None,
         }
     }
 }
@@ -116,6 +121,7 @@ pub fn run(host: &mut PolicyHost, fixture: &Fixture) -> Report {
         failures: Vec::new(),
         message: None,
         warnings: Vec::new(),
+        validate_calls: None,
     };
     let (valid, message, how) = match host.validate_settings(&fixture.settings) {
         Ok(settings) => {
@@ -172,6 +178,7 @@ pub fn run(host: &mut PolicyHost, fixture: &Fixture) -> Report {
                 return report;
             }
         };
+    report.validate_calls = Some(validation.host_calls.clone());
     let calls: Vec<&HostCall> = validation.capability_calls().collect();
     report.host_calls += calls.len();
     check_calls(&validation, "validate", &mut report.failures);

@@ -10,9 +10,11 @@
 //! failed guest call (a trap, a deadline) the instance is replaced by a fresh one from the
 //! already-compiled module, so one bad request cannot poison the next.
 //!
-//! [`fixture`] holds the fixture format and the checks the `e2e-runner` binary applies.
+//! [`fixture`] holds the fixture format and the checks the `e2e-runner` binary applies;
+//! [`kwctl_session`] writes the calls a fixture made as the session kwctl replays.
 
 pub mod fixture;
+pub mod kwctl_session;
 pub mod memory;
 
 use std::collections::BTreeSet;

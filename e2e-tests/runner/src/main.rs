@@ -1,21 +1,26 @@
-//! `e2e-runner --wasm <path> --fixtures <dir> [--filter substring] [--report table|json]`
+//! `e2e-runner --wasm <path> --fixtures <dir> [--filter substring] [--report table|json]
+//! [--kwctl-sessions <dir>]`
 //!
 //! Loads the built policy in a real waPC host and runs every fixture through
 //! `validate_settings` and `validate`. Prints one row per fixture, the details of each
 //! failure, and `N passed, M failed`; exits 1 on any failure or when no fixture was found.
 //! `--report json` prints one JSON document instead (every fixture's expected and actual
 //! verdict and message: the playground's browser test compares the page with it), with
-//! the same exit code.
+//! the same exit code. `--kwctl-sessions DIR` also writes, for each fixture whose `validate`
+//! ran, `DIR/<fixture>.yml`: its host calls and the fixture's answers as the session
+//! `kwctl run --replay-host-capabilities-interactions` replays (`[]` when it made none), for
+//! `e2e-tests/kwctl.bats`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use namespace_baseline_e2e::PolicyHost;
-use namespace_baseline_e2e::fixture::{self, Report};
+use namespace_baseline_e2e::fixture::{self, Fixture, Report};
+use namespace_baseline_e2e::{Cluster, PolicyHost, kwctl_session};
 
-const USAGE: &str = "usage: e2e-runner --wasm <policy.wasm> --fixtures <dir> [--filter <substring>] [--report table|json]";
+const USAGE: &str = "usage: e2e-runner --wasm <policy.wasm> --fixtures <dir> [--filter <substring>] [--report table|json] [--kwctl-sessions <dir>]";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum ReportFormat {
@@ -28,6 +33,7 @@ struct Args {
     fixtures: PathBuf,
     filter: Option<String>,
     report: ReportFormat,
+    kwctl_sessions: Option<PathBuf>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -35,6 +41,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut fixtures = None;
     let mut filter = None;
     let mut report = ReportFormat::Table;
+    let mut kwctl_sessions = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -53,6 +60,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--wasm" => wasm = Some(PathBuf::from(value()?)),
             "--fixtures" => fixtures = Some(PathBuf::from(value()?)),
             "--filter" => filter = Some(value()?),
+            "--kwctl-sessions" => kwctl_sessions = Some(PathBuf::from(value()?)),
             "--report" => {
                 report = match value()?.as_str() {
                     "table" => ReportFormat::Table,
@@ -72,7 +80,26 @@ fn parse_args() -> anyhow::Result<Args> {
         fixtures: fixtures.with_context(|| format!("--fixtures is required\n{USAGE}"))?,
         filter,
         report,
+        kwctl_sessions,
     })
+}
+
+/// Writes the kwctl session of each fixture whose `validate` ran (see the module's doc).
+fn write_kwctl_sessions(dir: &Path, runs: &[(&Fixture, &Report)]) -> anyhow::Result<usize> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut written = 0;
+    for (fixture, report) in runs {
+        let Some(calls) = &report.validate_calls else {
+            continue;
+        };
+        let session = kwctl_session::session(&Arc::new(Cluster::from(*fixture)), calls)
+            .map_err(|error| anyhow::anyhow!("kwctl session of {}: {error}", fixture.name))?;
+        let path = dir.join(format!("{}.yml", fixture.name));
+        std::fs::write(&path, session)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        written += 1;
+    }
+    Ok(written)
 }
 
 fn print_table(reports: &[Report]) {
@@ -142,6 +169,19 @@ fn run() -> anyhow::Result<bool> {
         })
         .collect();
     let elapsed = started.elapsed();
+
+    if let Some(dir) = &args.kwctl_sessions {
+        let runs: Vec<(&Fixture, &Report)> = fixtures
+            .iter()
+            .zip(&reports)
+            .filter_map(|(loaded, report)| loaded.as_ref().ok().map(|fixture| (fixture, report)))
+            .collect();
+        let written = write_kwctl_sessions(dir, &runs)?;
+        say(format!(
+            "{written} kwctl sessions written to {}",
+            dir.display()
+        ));
+    }
 
     let failed: Vec<&Report> = reports.iter().filter(|r| !r.passed()).collect();
     if json {
