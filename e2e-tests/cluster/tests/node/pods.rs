@@ -502,10 +502,18 @@ pub async fn coredns_ip(client: &Client) -> Result<String> {
     let list = pods
         .list(&ListParams::default().labels("k8s-app=kube-dns"))
         .await?;
+    // A CoreDNS pod being replaced is still listed, with its IP, until it is gone: the
+    // answer is the Ready pod that is not being deleted (n7 DNATs to it right after a
+    // replacement; the old one's address timed out).
     list.items
         .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter(|pod| {
+            let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
         .find_map(|pod| pod.status.as_ref()?.pod_ip.clone())
-        .context("no CoreDNS pod with an IP")
+        .context("no Ready CoreDNS pod with an IP")
 }
 
 /// Labels of the pods' namespaces, by name (none: not walled).
