@@ -75,6 +75,14 @@ playground-target:
 	@rustup target list --installed | grep -x >/dev/null '$(PLAYGROUND_TARGET)' || { \
 		echo ">> installing the Rust $(PLAYGROUND_TARGET) target"; rustup target add $(PLAYGROUND_TARGET); }
 
+# `cargo install` of a tool into its own directory under the tools cache: cargo's output goes
+# to DIR/install.log, shown only when the install fails. (Among it, cargo's "be sure to add
+# DIR/bin to your PATH", which is no instruction to the user: the Makefile calls each tool by
+# its path.) $(call cargo_install,DIR,CRATE AND FLAGS)
+define cargo_install
+log='$(1)/install.log'; $(CARGO) install $(2) --root '$(1)' >"$$log" 2>&1 || { cat "$$log" >&2; exit 1; }
+endef
+
 # `--locked` first; wasm-bindgen-cli's own lockfile can name a crate version the registry does
 # not serve (0.2.130's names webpki-roots 1.0.11), and then only a fresh resolution of its
 # dependencies installs it: the first attempt's output goes to a log, shown only if both fail.
@@ -88,8 +96,8 @@ wasm-bindgen-cli:
 		log='$(WASM_BINDGEN_ROOT)/install-locked.log'; \
 		$(CARGO) install wasm-bindgen-cli --version '$(WASM_BINDGEN_VERSION)' --locked --root '$(WASM_BINDGEN_ROOT)' >"$$log" 2>&1 || { \
 			echo ">> its own Cargo.lock does not resolve against this registry ($$(grep -m1 '^error' "$$log" | cut -c8-90)...); installing with its dependencies resolved afresh"; \
-			$(CARGO) install wasm-bindgen-cli --version '$(WASM_BINDGEN_VERSION)' --root '$(WASM_BINDGEN_ROOT)' || { \
-				echo "!! the --locked attempt said:" >&2; cat "$$log" >&2; exit 1; }; }; \
+			$(CARGO) install wasm-bindgen-cli --version '$(WASM_BINDGEN_VERSION)' --root '$(WASM_BINDGEN_ROOT)' >'$(WASM_BINDGEN_ROOT)/install.log' 2>&1 || { \
+				cat '$(WASM_BINDGEN_ROOT)/install.log' >&2; echo "!! the --locked attempt said:" >&2; cat "$$log" >&2; exit 1; }; }; \
 	fi
 
 .PHONY: playground
@@ -208,7 +216,7 @@ fuzz-tools:
 	@rustup toolchain list | grep >/dev/null '^$(FUZZ_TOOLCHAIN)' || { echo ">> installing Rust $(FUZZ_TOOLCHAIN)"; rustup toolchain install $(FUZZ_TOOLCHAIN) --profile minimal; }
 	@mkdir -p '$(CARGO_FUZZ_ROOT)'; exec 9>'$(CARGO_FUZZ_ROOT).lock'; flock 9; \
 	[ -x '$(CARGO_FUZZ_ROOT)/bin/cargo-fuzz' ] || { echo ">> installing cargo-fuzz $(CARGO_FUZZ_VERSION) into $(CARGO_FUZZ_ROOT) (cold: about 1 minute)"; \
-		$(CARGO) install cargo-fuzz --version '$(CARGO_FUZZ_VERSION)' --locked --root '$(CARGO_FUZZ_ROOT)'; }
+		$(call cargo_install,$(CARGO_FUZZ_ROOT),cargo-fuzz --version '$(CARGO_FUZZ_VERSION)' --locked); }
 
 .PHONY: fuzz-build
 fuzz-build: fuzz-tools
@@ -222,11 +230,12 @@ fuzz: fuzz-tools
 control-plane:
 	e2e-tests/control-plane/build.sh
 
-# `make test` is the whole suite. It first checks (and, as root or with passwordless sudo,
-# installs) every system package, tool and Rust target the tests need (e2e-tests/setup.sh),
-# so a missing one stops it before the long build rather than after. Clippy comes last: its
-# check build runs in the background meanwhile (e2e-tests/prebuild.sh), in the time the tests
-# leave the cores idle, instead of five minutes on the critical path.
+# `make test` is the whole suite, its steps in this order: `setup` first checks (and, as root
+# or with passwordless sudo, installs) every system package, tool and Rust target the tests
+# need (e2e-tests/setup.sh), so a missing one stops it before the long build rather than
+# after; then TEST_TARGETS. Clippy comes last: its check build runs in the background
+# meanwhile (e2e-tests/prebuild.sh), in the time the tests leave the cores idle, instead of
+# five minutes on the critical path.
 TEST_TARGETS := fmt-check workflows-check unit-tests e2e-tests registry-tests playground-tests cluster-tests soak image-tests node-tests manifests-check alerts-check lint
 
 .PHONY: setup
@@ -235,19 +244,27 @@ setup:
 
 # The tools built once per version (Go binaries, cargo-installed tools) compile in the
 # background at the lowest priority meanwhile (e2e-tests/prebuild.sh, log in
-# $(PREBUILD_LOG)); it is stopped when the suite ends, whatever happens. Each step prints its
-# time and the disk left after it (CONTRIBUTING.md, "CI cold-run budget").
+# $(PREBUILD_LOG)); it is stopped when the suite ends, whatever happens. PREBUILD_ARGS: .ci/run
+# passes --with-ci-checks, so that what only it uses after make test (cargo-hakari, the MSRV
+# check, the fuzz targets) builds in the same idle time; a plain `make test` builds none of it.
+# Each step, setup included, prints its time and the disk left after it (CONTRIBUTING.md, "CI
+# cold-run budget").
 PREBUILD_LOG := $(or $(CARGO_TARGET_DIR),target)/prebuild.log
+PREBUILD_ARGS ?=
 .PHONY: test
-test: setup
-	@mkdir -p '$(dir $(PREBUILD_LOG))'; \
-	setsid e2e-tests/prebuild.sh >'$(PREBUILD_LOG)' 2>&1 & prebuild=$$!; \
+test:
+	@step_done() { echo ">> step $$1: $$(( $$(date +%s) - $$2 )) s; disk free: $$(df -h --output=avail . | tail -1 | tr -d ' ')"; }; \
+	started=$$(date +%s); \
+	$(MAKE) --no-print-directory setup; \
+	step_done setup "$$started"; \
+	mkdir -p '$(dir $(PREBUILD_LOG))'; \
+	setsid e2e-tests/prebuild.sh $(PREBUILD_ARGS) >'$(PREBUILD_LOG)' 2>&1 & prebuild=$$!; \
 	trap 'kill -TERM -- -'$$prebuild' 2>/dev/null || true; wait '$$prebuild' 2>/dev/null || true; sed "s/^/   /" "$(PREBUILD_LOG)" | grep "^   prebuild:" || true' EXIT; \
 	echo ">> building the Go tools and cargo-installed tools in the background, at the lowest priority (log: $(PREBUILD_LOG))"; \
 	for step in $(TEST_TARGETS); do \
 		started=$$(date +%s); \
 		$(MAKE) --no-print-directory $$step; \
-		echo ">> step $$step: $$(( $$(date +%s) - started )) s; disk free: $$(df -h --output=avail . | tail -1 | tr -d ' ')"; \
+		step_done "$$step" "$$started"; \
 	done
 
 # The workspace-hack package (e2e-tests/hack, generated by cargo-hakari from
@@ -264,7 +281,7 @@ HAKARI = $(HAKARI_ROOT)/bin/cargo-hakari
 cargo-hakari:
 	@mkdir -p '$(HAKARI_ROOT)'; exec 9>'$(HAKARI_ROOT).lock'; flock 9; \
 	[ -x '$(HAKARI)' ] || { echo ">> installing cargo-hakari $(HAKARI_VERSION) into $(HAKARI_ROOT) (cold: about 2 minutes)"; \
-		$(CARGO) install cargo-hakari --version '$(HAKARI_VERSION)' --locked --root '$(HAKARI_ROOT)'; }
+		$(call cargo_install,$(HAKARI_ROOT),cargo-hakari --version '$(HAKARI_VERSION)' --locked); }
 
 .PHONY: hack
 hack: cargo-hakari
@@ -302,14 +319,23 @@ NOOP_POLICY_PACKAGE := namespace-baseline-noop-policy
 NOOP_POLICY_ARTIFACT := $(or $(CARGO_TARGET_DIR),target)/$(WASM_TARGET)/policy/namespace_baseline_noop_policy.wasm
 NOOP_POLICY_WASM := $(or $(CARGO_TARGET_DIR),target)/noop-policy.wasm
 
-.PHONY: bench-policy
-bench-policy: policy.wasm
+.PHONY: noop-policy
+noop-policy: wasm-target wasm-opt
 	$(CARGO) build -p $(NOOP_POLICY_PACKAGE) --target $(WASM_TARGET) --profile policy --locked
 	'$(WASM_OPT)' $(WASM_OPT_FLAGS) $(NOOP_POLICY_ARTIFACT) -o $(NOOP_POLICY_WASM)
+
+.PHONY: bench-policy
+bench-policy: policy.wasm noop-policy
 	NOOP_POLICY_WASM='$(abspath $(NOOP_POLICY_WASM))' $(CARGO) bench -p namespace-baseline-e2e --bench policy --locked
 
+# The same request classes through `kwctl bench` (kwctl 1.35: the policy-server's evaluator,
+# the cluster's objects read from the local control plane): e2e-tests/kwctl-bench.sh.
+.PHONY: bench-kwctl
+bench-kwctl: annotated-policy.wasm noop-policy
+	NOOP_POLICY_WASM='$(abspath $(NOOP_POLICY_WASM))' e2e-tests/kwctl-bench.sh
+
 .PHONY: bench
-bench: bench-policy
+bench: bench-policy bench-kwctl
 
 .PHONY: clean
 clean:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, at the lowest CPU priority and in the order the test steps need them, the tools that
 # `make test` builds only once per version (the Go binaries and the cargo-installed tools), then
-# the check builds of the last steps (clippy, the MSRV check, the fuzz targets), so
+# the check build of its last step (clippy) and, for .ci/run (--with-ci-checks), cargo-hakari,
+# the MSRV check and the fuzz targets, which only .ci/run uses after make test, so
 # that on a fresh machine they compile in the time the Rust builds and the tests leave a core
 # idle instead of one after the other on the critical path. `make test` starts it in the
 # background (its own process group) and stops it when it ends.
@@ -11,12 +12,21 @@
 # ready waits for that build instead of starting a second one, and a tool this script has not
 # reached yet is built by the step itself, as without it.
 #
-# Usage: e2e-tests/prebuild.sh            # build everything missing, one tool at a time
+# Usage: e2e-tests/prebuild.sh                     # what make test needs, one tool at a time
+#        e2e-tests/prebuild.sh --with-ci-checks    # and what only .ci/run uses after make test:
+#                                                  # cargo-hakari, the MSRV check, the fuzz
+#                                                  # targets (a pinned nightly and cargo-fuzz)
 # Progress (one line per tool, with its time) goes to stdout; each build's own log to stderr.
 # Environment: NSB_CACHE_DIR (as the build scripts), MAKE (default make).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MAKE="${MAKE:-make}"
+ci_checks=0
+case "${1:-}" in
+  "") ;;
+  --with-ci-checks) ci_checks=1 ;;
+  *) echo "usage: $0 [--with-ci-checks]" >&2; exit 2 ;;
+esac
 
 renice -n 19 -p $$ >/dev/null 2>&1 || true
 # Idle I/O class too: the builds must not slow down the tests that measure latencies (soak).
@@ -42,12 +52,14 @@ step "kube-apiserver and etcd" "$ROOT/e2e-tests/control-plane/build.sh"
 step "the node's binaries and images" "$ROOT/e2e-tests/node/build.sh"
 step helm "$ROOT/charts/install-helm.sh"
 step "promtool and prometheus" "$ROOT/e2e-tests/alerts/build.sh"
-step cargo-hakari "$MAKE" -C "$ROOT" --no-print-directory cargo-hakari
+((ci_checks)) && step cargo-hakari "$MAKE" -C "$ROOT" --no-print-directory cargo-hakari
 # Then the checks that come last and build in their own target directories (never holding
-# the lock of the tests' builds): clippy (the `lint` step, last of make test), the MSRV check
-# and the fuzz targets (.ci/run, after make test). Each step runs the same command again and
-# finds it built; a failure here is reported there.
+# the lock of the tests' builds): clippy (the `lint` step, last of make test), and with
+# --with-ci-checks the MSRV check and the fuzz targets (.ci/run, after make test). Each step
+# runs the same command again and finds it built; a failure here is reported there.
 step "clippy (target/lint)" "$MAKE" -C "$ROOT" --no-print-directory lint
-step "MSRV check (target/msrv)" "$MAKE" -C "$ROOT" --no-print-directory msrv
-step "fuzz targets" "$MAKE" -C "$ROOT" --no-print-directory fuzz-build
+if ((ci_checks)); then
+  step "MSRV check (target/msrv)" "$MAKE" -C "$ROOT" --no-print-directory msrv
+  step "fuzz targets" "$MAKE" -C "$ROOT" --no-print-directory fuzz-build
+fi
 echo "prebuild: done"
