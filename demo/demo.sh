@@ -88,7 +88,7 @@ else
   nsb_say "    first time only, about 4-12 minutes on 2 cores (module downloads included), cached in ${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline}"
 fi
 
-nsb_say "2/2 building the reconciler and the demo (debug; a first build compiles ~300 crates: about 5-8 minutes on 2 cores, seconds afterwards)"
+nsb_say "2/2 building the reconciler and the demo (debug; a first build compiles ~250 crates: about 5-8 minutes on 2 cores, seconds afterwards)"
 rust_started=$EPOCHREALTIME
 "$CARGO" build --locked -p namespace-baseline-reconciler -p namespace-baseline-demo \
   --bin namespace-baseline-reconciler --bin namespace-baseline-demo
