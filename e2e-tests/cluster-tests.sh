@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Cluster end-to-end tests: the generated CRD, deploy/rbac.yaml and the reconciler binary
 # (run as its ServiceAccount, with a TokenRequest token) against a real kube-apiserver, and
-# the admission policy in that API server's admission chain (s12: policy.wasm in the stand-in
-# policy-server of e2e-tests/webhook, registered as Kubewarden would register it).
+# the admission policy in that API server's admission chain (s12, s13, s15, s16: the annotated
+# module in Kubewarden's policy-server 1.35, configured and registered as Kubewarden's
+# controller would from deploy/admission-policy.yaml).
 #
 #   e2e-tests/cluster-tests.sh [extra libtest args, e.g. a test name filter]
 #
@@ -13,8 +14,10 @@
 #
 # Environment: CARGO (default cargo), CARGO_TARGET_DIR (default: cargo's), NSB_RECONCILER_LOG
 # (RUST_LOG of the reconcilers), TEST_KUBECONFIG / NSB_AUDIT_LOG / NSB_SKIP_AUDIT as above,
-# NSB_RECONCILER_BIN / NSB_WEBHOOK_BIN (binaries built already), POLICY_WASM (the module the
-# stand-in runs; default: policy.wasm, built from the current source by make policy.wasm).
+# NSB_RECONCILER_BIN (built already), POLICY_SERVER / KWCTL (your own Kubewarden programs;
+# default: e2e-tests/kubewarden/install.sh finds or installs 1.35.0), ANNOTATED_WASM
+# (the module policy-server serves; default: policy.wasm built from the current source and
+# annotated, make annotated-policy.wasm).
 # NSB_OPENREPORTS_CRD (the openreports.io Report CRD of scenario s14; default: downloaded with
 # `go mod download` from the Go module proxy).
 # The s9 scenarios restart the local control plane's API server through NSB_STATE_DIR
@@ -30,9 +33,8 @@ cd "$ROOT"
 
 # The reconciler under test: the image's static release binary (session.sh).
 nsb_reconciler_bin
-# The stand-in policy-server, in the tests' profile: its waPC host is the one the unit tests
-# built (wasmtime compiled once); the test binaries themselves never link it.
-nsb_webhook_bin
+# Kubewarden's policy-server and the annotated module it serves (session.sh).
+nsb_policy_server
 nsb_say "building the tests"
 "$CARGO" test -p namespace-baseline-cluster-tests --locked --no-run
 

@@ -13,11 +13,11 @@
 # the chart test (n4) installs the Helm chart with the reconciler image built by `make image`
 # (its archive imported into containerd), and fails loudly when there is no such target.
 #
-# The admission chain test (n8) runs the built policy in the stand-in policy-server (as the
-# cluster tests do), and netprobe inside its pods: a static (musl) build, mounted read-only.
+# The admission chain test (n8) runs the annotated module in Kubewarden's policy-server 1.35 (as
+# the cluster tests do), and netprobe inside its pods: a static (musl) build, mounted read-only.
 #
 # Environment: CARGO, CARGO_TARGET_DIR, NSB_RECONCILER_LOG, NSB_DRIFT_REPEATS (default 25),
-# NSB_WEBHOOK_BIN and POLICY_WASM (session.sh), NSB_N8_ROUNDS (default 30).
+# POLICY_SERVER, KWCTL and ANNOTATED_WASM (session.sh), NSB_N8_ROUNDS (default 30).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,8 +30,8 @@ cd "$ROOT"
 
 # The reconciler under test: the image's static release binary (session.sh).
 nsb_reconciler_bin
-# The stand-in policy-server and policy.wasm (session.sh), for n8's admission chain.
-nsb_webhook_bin
+# Kubewarden's policy-server and the annotated module (session.sh), for n8's admission chain.
+nsb_policy_server
 nsb_say "building netprobe and the node tests"
 "$CARGO" build -p namespace-baseline-cluster-tests --bin netprobe --locked
 "$CARGO" test -p namespace-baseline-cluster-tests --features node --test node --locked --no-run

@@ -11,12 +11,12 @@
 #   nsb_reconciler_bin        exports NSB_RECONCILER_BIN: the reconciler under test, the
 #                             image's static release binary (built once per run, a no-op
 #                             when up to date), unless NSB_RECONCILER_BIN is set already
-#   nsb_webhook_bin           exports NSB_WEBHOOK_BIN: the stand-in policy-server of
-#                             e2e-tests/webhook (the policy in the API server's admission
-#                             chain), built in cargo's dev profile, the unit tests' (so the
-#                             waPC host's crates are reused), unless NSB_WEBHOOK_BIN is set;
-#                             and exports POLICY_WASM, the module it runs: policy.wasm built
-#                             from the current source (make policy.wasm) unless already set
+#   nsb_policy_server         exports POLICY_SERVER: Kubewarden's policy-server 1.35.0 (the
+#                             admission chain of the cluster and node tests), found or
+#                             installed by e2e-tests/kubewarden/install.sh (POLICY_SERVER
+#                             names your own); and ANNOTATED_WASM, the module it serves:
+#                             policy.wasm built from the current source and annotated by kwctl
+#                             (make annotated-policy.wasm), unless already set
 #   nsb_keep_or_remove DIR RC WHAT
 #                             removes a test's work directory, or keeps it (KEEP_STATE=1, or
 #                             RC != 0) and says where WHAT (its logs) can be read
@@ -64,21 +64,21 @@ nsb_reconciler_bin() {
   export NSB_RECONCILER_BIN
 }
 
-nsb_webhook_bin() {
-  if [[ -z "${NSB_WEBHOOK_BIN:-}" ]]; then
-    nsb_say "building the stand-in policy-server (e2e-tests/webhook)"
-    "${CARGO:-cargo}" build -p namespace-baseline-webhook --locked >&2
-    NSB_WEBHOOK_BIN="$(nsb_target_dir)/debug/nsb-policy-server"
+nsb_policy_server() {
+  local root install
+  root="$(cd "$NSB_CONTROL_PLANE/../.." && pwd)"
+  install="$root/e2e-tests/kubewarden/install.sh"
+  POLICY_SERVER="$("$install" policy-server | tail -n 1)"
+  [[ -x "$POLICY_SERVER" ]] || { echo "!! policy-server not found at '$POLICY_SERVER'" >&2; return 1; }
+  export POLICY_SERVER
+  nsb_say "admission chain: $("$POLICY_SERVER" --version | head -n 1) ($POLICY_SERVER)"
+  if [[ -z "${ANNOTATED_WASM:-}" ]]; then
+    nsb_say "building the policy module and annotating it with kwctl (make annotated-policy.wasm)"
+    make -s -C "$root" annotated-policy.wasm KWCTL="$("$install" kwctl | tail -n 1)" >&2
+    ANNOTATED_WASM="$root/annotated-policy.wasm"
   fi
-  [[ -x "$NSB_WEBHOOK_BIN" ]] || { echo "!! stand-in policy-server not found at $NSB_WEBHOOK_BIN" >&2; return 1; }
-  export NSB_WEBHOOK_BIN
-  if [[ -z "${POLICY_WASM:-}" ]]; then
-    nsb_say "building the policy module the stand-in runs (make policy.wasm)"
-    make -s -C "$NSB_CONTROL_PLANE/../.." policy.wasm >&2
-    POLICY_WASM="$(cd "$NSB_CONTROL_PLANE/../.." && pwd)/policy.wasm"
-  fi
-  [[ -f "$POLICY_WASM" ]] || { echo "!! policy module not found at $POLICY_WASM" >&2; return 1; }
-  export POLICY_WASM
+  [[ -f "$ANNOTATED_WASM" ]] || { echo "!! annotated policy module not found at $ANNOTATED_WASM" >&2; return 1; }
+  export ANNOTATED_WASM
 }
 
 nsb_keep_or_remove() {

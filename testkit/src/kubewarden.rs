@@ -1,36 +1,37 @@
-//! Kubewarden's controller, as far as the tests need it to put the policy in a real API
-//! server's admission chain without Kubewarden: the ClusterAdmissionPolicy of
-//! `deploy/admission-policy.yaml` read as the controller reads it, rendered into the
-//! `ValidatingWebhookConfiguration` the controller would create for it, registered and
-//! removed. The webhook points at the stand-in policy-server (`e2e-tests/webhook`,
-//! `nsb-policy-server`) by URL, where Kubewarden points at its policy-server's Service.
+//! Kubewarden's controller, as far as the tests need it to run the policy in a real API
+//! server's admission chain through Kubewarden's own policy-server, without the controller:
+//! every ClusterAdmissionPolicy of `deploy/admission-policy.yaml` read as the controller reads
+//! it, rendered into the policy-server's policies file (`policies.yml`) and into the
+//! `ValidatingWebhookConfiguration` the controller creates for each policy, registered and
+//! removed. The webhooks point at the policy-server by URL (it runs as a local process, see
+//! [`crate::policy_server`]), where Kubewarden points at its policy-server's Service; nothing
+//! else differs, and the policies file differs from the controller's only in the module, a
+//! `file://` URL of the locally annotated module instead of the manifest's registry reference.
 //!
-//! What is copied from Kubewarden, and from where (read in their sources, not guessed):
-//! - The webhook configuration of a policy: `reconcileValidatingWebhookConfiguration` in
-//!   kubewarden/kubewarden-controller `internal/controller/policy_subreconciler_webhook.go`
-//!   (commit 04ee88d4f339): one webhook named `<unique name>.kubewarden.admission`, the
-//!   policy's `rules`, `failurePolicy`, `matchPolicy`, `objectSelector`, `timeoutSeconds` and
-//!   `matchConditions` as they are, `sideEffects` defaulting to `None`,
-//!   `admissionReviewVersions: [v1]`, admission path `/validate/<unique name>`, the labels
-//!   `app.kubernetes.io/part-of: kubewarden` and `kubewardenPolicyScope: cluster`, the
-//!   annotations `kubewardenPolicyName` / `kubewardenPolicyNamespace`. The current monorepo
-//!   (kubewarden/adm-controller `internal/controller/policy_subreconciler.go`, commit
-//!   4c0b884e9d88) still dispatches a non-mutating policy to that function.
-//! - The namespace selector of a ClusterAdmissionPolicy: `namespaceSelector` in the same
-//!   file and the table of `policy_subreconciler_webhook_test.go` (commit a63d9ffdcd84):
-//!   `kubernetes.io/metadata.name NotIn [<controller namespace>]` first, then the policy's
-//!   own `matchExpressions`; with `allowInsideAdmissionControllerNamespace: true` the
-//!   policy's selector unchanged.
-//! - The defaults the CRD gives (`timeoutSeconds` 10, `failurePolicy` Fail): Kubewarden
-//!   v1.35.0's CRD, as `e2e-tests/manifests/kubewarden-clusteradmissionpolicy-crd.yaml`
-//!   copies it.
-//! - The unique name `clusterwide-<name>`: `ClusterAdmissionPolicy.GetUniqueName` of the
-//!   releases up to 1.35. The monorepo has since moved to an unambiguous `kw.<kind>.` encoding
-//!   (its legacy-migration code names the old one); any name works for a stand-in as long as
-//!   the path and the webhook agree, and both come from [`ClusterAdmissionPolicy::unique_name`].
-//!
-//! The rules come from `metadata.yml` (the one source `kwctl scaffold` renders a policy
-//! from); a ClusterAdmissionPolicy whose rules differ is an error, not a silent choice.
+//! What is copied from Kubewarden v1.35.0 (github.com/kubewarden/adm-controller, the monorepo
+//! formerly kubewarden-controller, tag `v1.35.0`; read in their sources, not guessed):
+//! - The policies file: `buildPoliciesMap` and `policyServerConfigEntry.MarshalJSON` in
+//!   `internal/controller/policyserver_controller_configmap.go`: one entry per policy, keyed by
+//!   its unique name, with `namespacedName`, `module`, `policyMode`, `allowedToMutate`,
+//!   `contextAwareResources` (the resources the policy-server lets the policy read),
+//!   `settings`, `message`, `timeoutEvalSeconds` and `hostCapabilities` (`["*"]` for a
+//!   cluster-wide policy: `hostCapabilitiesForPolicy`). The controller writes it as JSON,
+//!   which the policy-server reads as YAML (`crates/policy-server/src/config.rs`).
+//! - The webhook configuration: `reconcileValidatingWebhookConfiguration` in
+//!   `internal/controller/policy_subreconciler_webhook.go`: one configuration per policy named
+//!   by its unique name, labelled `app.kubernetes.io/part-of: kubewarden`, annotated
+//!   `kubewardenPolicyName` / `kubewardenPolicyNamespace`; one webhook
+//!   `<unique name>.kubewarden.admission` with the policy's `rules`, `failurePolicy`,
+//!   `matchPolicy`, `objectSelector`, `timeoutSeconds` and `matchConditions` as they are,
+//!   `sideEffects` defaulting to `None`, `admissionReviewVersions: [v1]`, path
+//!   `/validate/<unique name>`; and `namespaceSelector` (same file): `kubernetes.io/metadata.name
+//!   NotIn [<controller namespace>]` first, then the policy's own `matchExpressions`, or with
+//!   `allowInsideAdmissionControllerNamespace: true` the policy's selector unchanged.
+//! - The unique name `clusterwide-<name>`: `ClusterAdmissionPolicy.GetUniqueName` in
+//!   `api/policies/v1/clusteradmissionpolicy_types.go`.
+//! - The CRD's defaults (`mode` protect, `timeoutSeconds` 10): the CRD copy in
+//!   `e2e-tests/manifests/kubewarden-clusteradmissionpolicy-crd.yaml` (a test holds them
+//!   together, and fails when the CRD has a spec field this file does not place).
 
 use std::path::Path;
 
@@ -47,19 +48,55 @@ pub const CONTROLLER_NAMESPACE: &str = "kubewarden";
 /// The ServiceAccount of the `default` PolicyServer (what `deploy/policy-server-rbac.yaml`
 /// binds).
 pub const POLICY_SERVER_SERVICE_ACCOUNT: &str = "policy-server";
+/// The PolicyServer every policy names when it names none (the CRD's default).
+pub const DEFAULT_POLICY_SERVER: &str = "default";
+/// `spec.mode` when the policy sets none (the CRD's default).
+pub const DEFAULT_MODE: &str = "protect";
 /// `timeoutSeconds` when the policy sets none (the CRD's default).
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 10;
-/// The field manager the webhook configuration is applied with.
-pub const FIELD_MANAGER: &str = "nsb-kubewarden-stand-in";
+/// The field manager the webhook configurations are applied with.
+pub const FIELD_MANAGER: &str = "nsb-kubewarden-controller-in-tests";
 
-/// How the policy-server treats the policy's verdicts (`spec.mode`).
+/// Where the controller puts a field of a ClusterAdmissionPolicy's spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Verdicts are returned to the API server.
-    Protect,
-    /// Every request is allowed; verdicts are only logged.
-    Monitor,
+pub enum Destination {
+    /// Into the policy's entry of the policy-server's policies file.
+    PoliciesFile,
+    /// Into the policy's ValidatingWebhookConfiguration.
+    Webhook,
+    /// Neither: the controller's own business (which policy-server; the audit scanner), with
+    /// what the tests require of it.
+    Controller,
 }
+
+/// Every field of a `policies.kubewarden.io/v1` ClusterAdmissionPolicy's spec in Kubewarden
+/// 1.35, and where the controller puts it. A manifest with any other field is refused, and a
+/// test fails when the CRD copy has a field this list does not name.
+pub const SPEC_FIELDS: [(&str, Destination); 18] = [
+    ("module", Destination::PoliciesFile),
+    ("mode", Destination::PoliciesFile),
+    ("mutating", Destination::PoliciesFile),
+    ("settings", Destination::PoliciesFile),
+    ("contextAwareResources", Destination::PoliciesFile),
+    ("message", Destination::PoliciesFile),
+    ("timeoutEvalSeconds", Destination::PoliciesFile),
+    ("rules", Destination::Webhook),
+    ("failurePolicy", Destination::Webhook),
+    ("matchPolicy", Destination::Webhook),
+    ("matchConditions", Destination::Webhook),
+    ("namespaceSelector", Destination::Webhook),
+    ("objectSelector", Destination::Webhook),
+    ("sideEffects", Destination::Webhook),
+    ("timeoutSeconds", Destination::Webhook),
+    (
+        "allowInsideAdmissionControllerNamespace",
+        Destination::Webhook,
+    ),
+    // Which PolicyServer serves the policy: the tests run one, the `default`.
+    ("policyServer", Destination::Controller),
+    // The audit scanner's, which the tests do not run.
+    ("backgroundAudit", Destination::Controller),
+];
 
 /// A `policies.kubewarden.io/v1` ClusterAdmissionPolicy, as read from a manifest.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,20 +106,23 @@ pub struct ClusterAdmissionPolicy {
 }
 
 impl ClusterAdmissionPolicy {
-    /// The one ClusterAdmissionPolicy among the YAML documents of `path`.
-    pub fn read(path: &Path) -> Result<Self> {
+    /// Every ClusterAdmissionPolicy among the YAML documents of `path`, in their order (at
+    /// least one).
+    pub fn read_all(path: &Path) -> Result<Vec<Self>> {
         let documents =
             yaml::read_documents(path).with_context(|| format!("reading {}", path.display()))?;
-        let mut policies = documents
+        let policies = documents
             .iter()
-            .filter(|document| document["kind"] == "ClusterAdmissionPolicy");
-        let (Some(policy), None) = (policies.next(), policies.next()) else {
-            bail!(
-                "{} must hold exactly one ClusterAdmissionPolicy",
-                path.display()
-            );
-        };
-        Self::from_document(policy).with_context(|| format!("in {}", path.display()))
+            .filter(|document| document["kind"] == "ClusterAdmissionPolicy")
+            .map(Self::from_document)
+            .collect::<Result<Vec<_>>>()
+            .with_context(|| format!("in {}", path.display()))?;
+        ensure!(
+            !policies.is_empty(),
+            "{} holds no ClusterAdmissionPolicy",
+            path.display()
+        );
+        Ok(policies)
     }
 
     pub fn from_document(document: &Value) -> Result<Self> {
@@ -95,13 +135,31 @@ impl ClusterAdmissionPolicy {
             .as_str()
             .filter(|name| !name.is_empty())
             .context("ClusterAdmissionPolicy without metadata.name")?;
-        ensure!(
-            document["spec"].is_object(),
-            "ClusterAdmissionPolicy {name} without a spec"
-        );
+        let spec = document["spec"]
+            .as_object()
+            .with_context(|| format!("ClusterAdmissionPolicy {name} without a spec"))?;
+        for field in spec.keys() {
+            ensure!(
+                SPEC_FIELDS.iter().any(|(known, _)| known == field),
+                "ClusterAdmissionPolicy {name}: spec.{field} is not a field of Kubewarden 1.35's ClusterAdmissionPolicy"
+            );
+        }
         ensure!(
             document["spec"]["mutating"] != true,
-            "ClusterAdmissionPolicy {name} is mutating: the stand-in only validates"
+            "ClusterAdmissionPolicy {name} is mutating: the tests register validating webhooks only"
+        );
+        let server = document["spec"]["policyServer"]
+            .as_str()
+            .unwrap_or(DEFAULT_POLICY_SERVER);
+        ensure!(
+            server == DEFAULT_POLICY_SERVER,
+            "ClusterAdmissionPolicy {name} names PolicyServer {server:?}: the tests run one, the {DEFAULT_POLICY_SERVER:?}"
+        );
+        ensure!(
+            document["spec"]["rules"]
+                .as_array()
+                .is_some_and(|rules| !rules.is_empty()),
+            "ClusterAdmissionPolicy {name} has no rules (the CRD requires them)"
         );
         Ok(Self {
             name: name.to_owned(),
@@ -109,8 +167,8 @@ impl ClusterAdmissionPolicy {
         })
     }
 
-    /// The name Kubewarden's controller gives the policy's webhook configuration and
-    /// admission path.
+    /// The name Kubewarden's controller gives the policy's webhook configuration, its entry
+    /// in the policies file and its admission path.
     pub fn unique_name(&self) -> String {
         format!("clusterwide-{}", self.name)
     }
@@ -125,29 +183,54 @@ impl ClusterAdmissionPolicy {
         format!("{}.kubewarden.admission", self.unique_name())
     }
 
-    /// `spec.settings`, `{}` when absent (what the policy-server passes).
-    pub fn settings(&self) -> Value {
-        match &self.spec["settings"] {
-            Value::Null => json!({}),
-            settings => settings.clone(),
-        }
+    /// `spec.mode`, the CRD's default when absent.
+    pub fn mode(&self) -> &str {
+        self.spec["mode"].as_str().unwrap_or(DEFAULT_MODE)
     }
 
-    /// `spec.mode` (`protect` when absent, the CRD's default).
-    pub fn mode(&self) -> Result<Mode> {
-        match self.spec["mode"].as_str().unwrap_or("protect") {
-            "protect" => Ok(Mode::Protect),
-            "monitor" => Ok(Mode::Monitor),
-            other => bail!(
-                "ClusterAdmissionPolicy {}: unknown mode {other:?}",
-                self.name
-            ),
-        }
+    /// `spec.rules`.
+    pub fn rules(&self) -> &[Value] {
+        self.spec["rules"].as_array().map_or(&[], Vec::as_slice)
     }
 
-    /// `spec.timeoutEvalSeconds`: how long one evaluation may run, when set.
-    pub fn timeout_eval_seconds(&self) -> Option<u64> {
-        self.spec["timeoutEvalSeconds"].as_u64()
+    /// Whether one of the policy's rules sends `resource` (e.g. `pods`, `namespaces/status`)
+    /// of the API group `group` to it.
+    pub fn matches(&self, group: &str, resource: &str) -> bool {
+        self.rules().iter().any(|rule| {
+            let listed = |field: &str, value: &str| {
+                rule[field]
+                    .as_array()
+                    .is_some_and(|values| values.iter().any(|v| v == value || v == "*"))
+            };
+            listed("apiGroups", group) && listed("resources", resource)
+        })
+    }
+
+    /// The policy's entry in the policies file, its module at `module`.
+    fn policies_file_entry(&self, module: &str) -> Value {
+        let spec = &self.spec;
+        let mut entry = json!({
+            "namespacedName": {"Namespace": "", "Name": self.name},
+            "module": module,
+            "policyMode": self.mode(),
+            "allowedToMutate": spec["mutating"] == true,
+            // What the controller marshals when the policy has none: a null RawExtension.
+            "settings": spec["settings"],
+            // A cluster-wide policy gets every host capability (hostCapabilitiesForPolicy).
+            "hostCapabilities": ["*"],
+        });
+        for field in ["contextAwareResources", "message", "timeoutEvalSeconds"] {
+            // omitempty: absent, empty or zero is left out.
+            let value = &spec[field];
+            let empty = value.is_null()
+                || value.as_array().is_some_and(Vec::is_empty)
+                || value.as_str().is_some_and(str::is_empty)
+                || value.as_i64() == Some(0);
+            if !empty {
+                entry[field] = value.clone();
+            }
+        }
+        entry
     }
 
     /// The namespace selector Kubewarden's controller renders for a cluster-wide policy.
@@ -168,78 +251,105 @@ impl ClusterAdmissionPolicy {
     }
 }
 
-/// The `rules` of a policy's `metadata.yml`.
-pub fn metadata_rules(path: &Path) -> Result<Value> {
+/// The policy-server's policies file (`policies.yml`) for `policies`, every module at the URL
+/// `module` (e.g. `file:///…/annotated-policy.wasm`): the policies must all name the same
+/// module in the manifest, so that one local file stands for it.
+pub fn policies_file(policies: &[ClusterAdmissionPolicy], module: &str) -> Result<Value> {
+    let mut modules = policies.iter().map(|policy| &policy.spec["module"]);
+    if let Some(first) = modules.next() {
+        ensure!(
+            modules.all(|other| other == first),
+            "the ClusterAdmissionPolicies name different modules: one local module cannot stand for them"
+        );
+    }
+    let mut file = serde_json::Map::new();
+    for policy in policies {
+        let previous = file.insert(policy.unique_name(), policy.policies_file_entry(module));
+        ensure!(
+            previous.is_none(),
+            "two ClusterAdmissionPolicies named {}",
+            policy.name
+        );
+    }
+    Ok(Value::Object(file))
+}
+
+/// The `rules` of a policy's `metadata.yml`: the operations the module says it judges.
+pub fn metadata_rules(path: &Path) -> Result<Vec<Value>> {
     let metadata = yaml::read_documents(path)
         .with_context(|| format!("reading {}", path.display()))?
         .into_iter()
         .next()
         .with_context(|| format!("{} is empty", path.display()))?;
-    let rules = metadata["rules"].clone();
-    ensure!(
-        rules.as_array().is_some_and(|rules| !rules.is_empty()),
-        "{} has no rules",
-        path.display()
-    );
-    Ok(rules)
+    let rules = metadata["rules"]
+        .as_array()
+        .filter(|rules| !rules.is_empty())
+        .with_context(|| format!("{} has no rules", path.display()))?;
+    Ok(rules.clone())
 }
 
-/// The `ValidatingWebhookConfiguration` Kubewarden's controller would create for `policy`,
-/// its rules being `rules` (from `metadata.yml`), calling the policy-server at `server`
-/// (`https://host:port`, the certificate signed by the CA `ca_pem`).
-pub fn webhook_configuration(
-    policy: &ClusterAdmissionPolicy,
-    rules: &Value,
-    server: &str,
-    ca_pem: &str,
-) -> Result<Value> {
-    let spec = &policy.spec;
-    if !spec["rules"].is_null() {
-        ensure!(
-            &spec["rules"] == rules,
-            "the rules of ClusterAdmissionPolicy {} differ from metadata.yml's: {} against {rules}",
-            policy.name,
-            spec["rules"]
-        );
+/// Fails when a rule of `policy` is not one of the module's own (`metadata.yml`'s): the API
+/// server would send the policy requests its module never meant to judge.
+pub fn check_rules_declared(policy: &ClusterAdmissionPolicy, declared: &[Value]) -> Result<()> {
+    for rule in policy.rules() {
+        if !declared.contains(rule) {
+            bail!(
+                "ClusterAdmissionPolicy {} has a rule metadata.yml does not declare: {rule}",
+                policy.name
+            );
+        }
     }
+    Ok(())
+}
+
+/// The `ValidatingWebhookConfiguration` Kubewarden's controller creates for `policy`,
+/// calling the policy-server at `server` (`https://host:port`, its certificate signed by the
+/// CA `ca_pem`).
+pub fn webhook_configuration(policy: &ClusterAdmissionPolicy, server: &str, ca_pem: &str) -> Value {
+    let spec = &policy.spec;
     let mut webhook = json!({
         "name": policy.webhook_name(),
         "clientConfig": {
             "url": format!("{}{}", server.trim_end_matches('/'), policy.validate_path()),
             "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
         },
-        "rules": rules,
-        "failurePolicy": spec["failurePolicy"].as_str().unwrap_or("Fail"),
+        "rules": spec["rules"],
+        "namespaceSelector": policy.namespace_selector(),
         "sideEffects": spec["sideEffects"].as_str().unwrap_or("None"),
         "timeoutSeconds": spec["timeoutSeconds"].as_i64().unwrap_or(DEFAULT_TIMEOUT_SECONDS),
         "admissionReviewVersions": ["v1"],
     });
-    for (field, value) in [
-        ("namespaceSelector", policy.namespace_selector()),
-        ("objectSelector", spec["objectSelector"].clone()),
-        ("matchPolicy", spec["matchPolicy"].clone()),
-        ("matchConditions", spec["matchConditions"].clone()),
+    // Copied as they are; absent, the API server's defaults apply (failurePolicy Fail,
+    // matchPolicy Equivalent).
+    for field in [
+        "failurePolicy",
+        "matchPolicy",
+        "objectSelector",
+        "matchConditions",
     ] {
-        if !value.is_null() {
-            webhook[field] = value;
+        if !spec[field].is_null() {
+            webhook[field] = spec[field].clone();
         }
     }
-    Ok(json!({
+    if webhook["namespaceSelector"].is_null() {
+        webhook
+            .as_object_mut()
+            .expect("an object")
+            .remove("namespaceSelector");
+    }
+    json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {
             "name": policy.unique_name(),
-            "labels": {
-                "app.kubernetes.io/part-of": "kubewarden",
-                "kubewardenPolicyScope": "cluster",
-            },
+            "labels": {"app.kubernetes.io/part-of": "kubewarden"},
             "annotations": {
                 "kubewardenPolicyName": policy.name,
                 "kubewardenPolicyNamespace": "",
             },
         },
         "webhooks": [webhook],
-    }))
+    })
 }
 
 fn configurations(client: &Client) -> Api<DynamicObject> {
@@ -290,104 +400,218 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
     }
 
-    fn shipped() -> ClusterAdmissionPolicy {
-        ClusterAdmissionPolicy::read(&repo().join("deploy/admission-policy.yaml")).unwrap()
+    fn shipped() -> Vec<ClusterAdmissionPolicy> {
+        ClusterAdmissionPolicy::read_all(&repo().join("deploy/admission-policy.yaml")).unwrap()
     }
 
-    fn rendered(policy: &ClusterAdmissionPolicy) -> Value {
-        let rules = metadata_rules(&repo().join("metadata.yml")).unwrap();
-        webhook_configuration(
-            policy,
-            &rules,
-            "https://127.0.0.1:8443",
-            "-----BEGIN CERTIFICATE-----\n",
-        )
+    fn document(spec: Value) -> Value {
+        json!({"apiVersion": "policies.kubewarden.io/v1", "kind": "ClusterAdmissionPolicy",
+               "metadata": {"name": "x"}, "spec": spec})
+    }
+
+    fn minimal() -> ClusterAdmissionPolicy {
+        ClusterAdmissionPolicy::from_document(&document(json!({
+            "module": "registry://example/p:v1",
+            "mutating": false,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
+        })))
         .unwrap()
     }
 
+    const MODULE: &str = "file:///tmp/annotated-policy.wasm";
+
+    /// Every policy of the manifest, in the policies file, carries exactly what the manifest
+    /// says: a generator that dropped or changed a field fails here.
     #[test]
-    fn the_shipped_policy_renders_as_kubewarden_renders_it() {
-        let policy = shipped();
-        let configuration = rendered(&policy);
-        assert_eq!(
-            configuration["metadata"]["name"],
-            "clusterwide-namespace-baseline"
-        );
-        let webhook = &configuration["webhooks"][0];
-        assert_eq!(
-            webhook["name"],
-            "clusterwide-namespace-baseline.kubewarden.admission"
-        );
-        assert_eq!(
-            webhook["clientConfig"]["url"],
-            "https://127.0.0.1:8443/validate/clusterwide-namespace-baseline"
-        );
-        assert_eq!(
-            webhook["clientConfig"]["caBundle"],
-            "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="
-        );
-        assert_eq!(
-            webhook["rules"],
-            metadata_rules(&repo().join("metadata.yml")).unwrap()
-        );
-        assert_eq!(webhook["failurePolicy"], "Fail");
-        assert_eq!(webhook["sideEffects"], "None");
-        // The shipped policy's own timeout, as the controller copies it.
-        assert_eq!(webhook["timeoutSeconds"], policy.spec["timeoutSeconds"]);
-        assert_eq!(webhook["admissionReviewVersions"], json!(["v1"]));
-        assert_eq!(
-            webhook["namespaceSelector"],
-            json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kubewarden"]}]})
-        );
-        for absent in ["objectSelector", "matchPolicy", "matchConditions"] {
-            assert!(webhook.get(absent).is_none(), "{absent}: {webhook}");
+    fn the_policies_file_says_what_the_manifest_says() {
+        let policies = shipped();
+        let file = policies_file(&policies, MODULE).unwrap();
+        assert_eq!(file.as_object().unwrap().len(), policies.len());
+        for policy in &policies {
+            let entry = &file[policy.unique_name()];
+            let spec = &policy.spec;
+            assert_eq!(entry["module"], MODULE);
+            assert_eq!(entry["settings"], spec["settings"], "{}", policy.name);
+            assert_eq!(
+                entry["contextAwareResources"], spec["contextAwareResources"],
+                "{}",
+                policy.name
+            );
+            assert_eq!(entry["policyMode"], policy.mode(), "{}", policy.name);
+            assert_eq!(entry["allowedToMutate"], false);
+            assert_eq!(entry["hostCapabilities"], json!(["*"]));
+            assert_eq!(
+                entry["namespacedName"],
+                json!({"Namespace": "", "Name": policy.name})
+            );
+            for field in ["message", "timeoutEvalSeconds"] {
+                assert_eq!(
+                    entry.get(field),
+                    spec.get(field),
+                    "{}: {field}",
+                    policy.name
+                );
+            }
         }
-        assert_eq!(policy.mode().unwrap(), Mode::Protect);
-        assert_eq!(policy.settings()["contextAware"], true);
+    }
+
+    /// Every policy of the manifest gets the webhook configuration the controller would
+    /// create, with the manifest's own rules, selectors, failure policy and timeout.
+    #[test]
+    fn each_policy_gets_its_webhook_as_the_controller_renders_it() {
+        let declared = metadata_rules(&repo().join("metadata.yml")).unwrap();
+        for policy in shipped() {
+            check_rules_declared(&policy, &declared).unwrap();
+            let configuration = webhook_configuration(
+                &policy,
+                "https://127.0.0.1:8443/",
+                "-----BEGIN CERTIFICATE-----\n",
+            );
+            let spec = &policy.spec;
+            assert_eq!(configuration["metadata"]["name"], policy.unique_name());
+            assert_eq!(
+                configuration["metadata"]["annotations"]["kubewardenPolicyName"],
+                policy.name
+            );
+            let webhooks = configuration["webhooks"].as_array().unwrap();
+            assert_eq!(webhooks.len(), 1);
+            let webhook = &webhooks[0];
+            assert_eq!(webhook["name"], policy.webhook_name());
+            assert_eq!(
+                webhook["clientConfig"]["url"],
+                format!(
+                    "https://127.0.0.1:8443/validate/clusterwide-{}",
+                    policy.name
+                )
+            );
+            assert_eq!(
+                webhook["clientConfig"]["caBundle"],
+                "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="
+            );
+            assert_eq!(webhook["rules"], spec["rules"]);
+            assert_eq!(webhook["failurePolicy"], spec["failurePolicy"]);
+            assert_eq!(
+                webhook["timeoutSeconds"],
+                spec["timeoutSeconds"]
+                    .as_i64()
+                    .unwrap_or(DEFAULT_TIMEOUT_SECONDS)
+            );
+            assert_eq!(webhook["sideEffects"], "None");
+            assert_eq!(webhook["admissionReviewVersions"], json!(["v1"]));
+            let mut selector = vec![json!({"key": "kubernetes.io/metadata.name",
+                "operator": "NotIn", "values": ["kubewarden"]})];
+            if let Some(own) = spec["namespaceSelector"]["matchExpressions"].as_array() {
+                selector.extend(own.iter().cloned());
+            }
+            assert_eq!(
+                webhook["namespaceSelector"],
+                json!({"matchExpressions": selector})
+            );
+            for copied in ["objectSelector", "matchPolicy", "matchConditions"] {
+                assert_eq!(webhook.get(copied), spec.get(copied), "{copied}");
+            }
+        }
     }
 
     #[test]
     fn defaults_and_selectors_follow_the_controller() {
-        let mut policy = shipped();
-        let spec = policy.spec.as_object_mut().unwrap();
-        spec.remove("timeoutSeconds");
-        spec.remove("failurePolicy");
-        spec.insert(
-            "namespaceSelector".into(),
-            json!({"matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}]}),
-        );
-        let webhook = rendered(&policy)["webhooks"][0].clone();
+        let mut policy = minimal();
+        assert_eq!(policy.mode(), "protect");
+        let entry = &policies_file(std::slice::from_ref(&policy), MODULE).unwrap()["clusterwide-x"];
+        assert_eq!(entry["settings"], Value::Null);
+        for omitted in ["contextAwareResources", "message", "timeoutEvalSeconds"] {
+            assert!(entry.get(omitted).is_none(), "{omitted}: {entry}");
+        }
+        let webhook =
+            webhook_configuration(&policy, "https://127.0.0.1:1", "")["webhooks"][0].clone();
         assert_eq!(webhook["timeoutSeconds"], DEFAULT_TIMEOUT_SECONDS);
-        assert_eq!(webhook["failurePolicy"], "Fail");
-        assert_eq!(
-            webhook["namespaceSelector"]["matchExpressions"],
-            json!([
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kubewarden"]},
-                {"key": "env", "operator": "In", "values": ["prod"]},
-            ])
-        );
-        policy.spec["allowInsideAdmissionControllerNamespace"] = json!(true);
-        policy.spec["namespaceSelector"] = json!({"matchLabels": {"env": "prod"}});
-        let webhook = rendered(&policy)["webhooks"][0].clone();
+        for absent in [
+            "failurePolicy",
+            "matchPolicy",
+            "objectSelector",
+            "matchConditions",
+        ] {
+            assert!(webhook.get(absent).is_none(), "{absent}: {webhook}");
+        }
+        policy.spec["namespaceSelector"] = json!({"matchLabels": {"env": "prod"},
+            "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}]});
+        let webhook =
+            webhook_configuration(&policy, "https://127.0.0.1:1", "")["webhooks"][0].clone();
         assert_eq!(
             webhook["namespaceSelector"],
-            json!({"matchLabels": {"env": "prod"}})
+            json!({"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kubewarden"]},
+                {"key": "env", "operator": "In", "values": ["prod"]},
+            ]})
+        );
+        policy.spec["allowInsideAdmissionControllerNamespace"] = json!(true);
+        let webhook =
+            webhook_configuration(&policy, "https://127.0.0.1:1", "")["webhooks"][0].clone();
+        assert_eq!(
+            webhook["namespaceSelector"],
+            policy.spec["namespaceSelector"]
         );
     }
 
+    /// The fields and defaults above are the CRD's: a Kubewarden release that adds a spec
+    /// field (or changes a default) fails here until this file places it.
     #[test]
-    fn rules_that_differ_from_the_metadata_are_an_error() {
-        let mut policy = shipped();
-        policy.spec["rules"][0]["operations"] = json!(["CREATE"]);
-        let rules = metadata_rules(&repo().join("metadata.yml")).unwrap();
-        let error = webhook_configuration(&policy, &rules, "https://127.0.0.1:1", "")
+    fn every_field_of_the_crd_is_placed_and_the_defaults_are_the_crds() {
+        let crd = yaml::read_documents(
+            &repo().join("e2e-tests/manifests/kubewarden-clusteradmissionpolicy-crd.yaml"),
+        )
+        .unwrap()
+        .remove(0);
+        let version = crd["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|version| version["name"] == "v1")
+            .unwrap();
+        let fields = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        let mut in_crd: Vec<&str> = fields
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut placed: Vec<&str> = SPEC_FIELDS.iter().map(|(field, _)| *field).collect();
+        in_crd.sort_unstable();
+        placed.sort_unstable();
+        assert_eq!(placed, in_crd);
+        assert_eq!(fields["mode"]["default"], DEFAULT_MODE);
+        assert_eq!(fields["timeoutSeconds"]["default"], DEFAULT_TIMEOUT_SECONDS);
+        assert_eq!(fields["policyServer"]["default"], DEFAULT_POLICY_SERVER);
+    }
+
+    #[test]
+    fn rules_the_metadata_does_not_declare_are_an_error() {
+        let declared = metadata_rules(&repo().join("metadata.yml")).unwrap();
+        let mut policy = shipped().remove(0);
+        policy.spec["rules"][0]["operations"] = json!(["CONNECT"]);
+        let error = check_rules_declared(&policy, &declared)
             .unwrap_err()
             .to_string();
-        assert!(error.contains("differ from metadata.yml"), "{error}");
+        assert!(error.contains("metadata.yml does not declare"), "{error}");
+    }
+
+    #[test]
+    fn matches_names_the_policies_a_resource_is_sent_to() {
+        let policy = minimal();
+        assert!(policy.matches("", "pods"));
+        assert!(!policy.matches("", "namespaces"));
+        assert!(!policy.matches("networking.k8s.io", "pods"));
+        let pods: Vec<String> = shipped()
+            .iter()
+            .filter(|policy| policy.matches("", "pods"))
+            .map(|policy| policy.name.clone())
+            .collect();
+        assert_eq!(pods.len(), 1, "one policy judges Pod CREATEs: {pods:?}");
     }
 
     #[test]
     fn bad_policies_are_refused_with_a_reason() {
+        let rules = json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]);
         for (document, reason) in [
             (
                 json!({"apiVersion": "v1", "kind": "ClusterAdmissionPolicy"}),
@@ -398,8 +622,17 @@ mod tests {
                 "without metadata.name",
             ),
             (
-                json!({"apiVersion": "policies.kubewarden.io/v1", "metadata": {"name": "x"}, "spec": {"mutating": true}}),
+                document(json!({"mutating": true, "rules": rules})),
                 "is mutating",
+            ),
+            (document(json!({"module": "m"})), "has no rules"),
+            (
+                document(json!({"rules": rules, "policyServer": "other"})),
+                "names PolicyServer \"other\"",
+            ),
+            (
+                document(json!({"rules": rules, "timeoutSecond": 3})),
+                "spec.timeoutSecond is not a field",
             ),
         ] {
             let error = ClusterAdmissionPolicy::from_document(&document)
@@ -407,11 +640,19 @@ mod tests {
                 .to_string();
             assert!(error.contains(reason), "{error}");
         }
-        let monitor = ClusterAdmissionPolicy::from_document(
-            &json!({"apiVersion": "policies.kubewarden.io/v1", "metadata": {"name": "x"}, "spec": {"mode": "monitor"}}),
-        )
-        .unwrap();
-        assert_eq!(monitor.mode().unwrap(), Mode::Monitor);
-        assert_eq!(monitor.settings(), json!({}));
+        let mut other = minimal();
+        other.name = "y".into();
+        other.spec["module"] = json!("registry://example/q:v1");
+        let error = policies_file(&[minimal(), other], MODULE)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("different modules"), "{error}");
+        let error = policies_file(&[minimal(), minimal()], MODULE)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("two ClusterAdmissionPolicies named x"),
+            "{error}"
+        );
     }
 }

@@ -3,10 +3,11 @@
 //! comparing them as objects ([`manifests`]), applying or creating them whatever their kind,
 //! found by discovery ([`apply`]), labelled namespaces created many at once ([`namespaces`]), the API server's audit log ([`audit`]), kubeconfigs for a
 //! ServiceAccount and where a kubeconfig reaches the API server ([`kubeconfig`]), the
-//! reconciler as a local process probed over HTTP ([`process`]), the stand-in policy-server
-//! as a local process and the webhook configuration Kubewarden would register for the policy
-//! ([`policy_server`], [`kubewarden`]), and one way to wait for a condition ([`wait_until`]).
-//! No wasm host: the stand-in policy-server is spawned as a binary.
+//! reconciler as a local process probed over HTTP ([`process`]), Kubewarden's policy-server as
+//! a local process, what its log says, its serving certificate, and its configuration and
+//! webhook configurations rendered as Kubewarden's controller renders them for the policy
+//! ([`policy_server`], [`policy_server_log`], [`serving_tls`], [`kubewarden`]), and one way to
+//! wait for a condition ([`wait_until`]). No wasm host: the policy runs in the policy-server.
 //!
 //! The control plane itself is started by `e2e-tests/control-plane/start.sh` (the demo's and
 //! the cluster tests' scripts call it); this crate reaches it through a kubeconfig.
@@ -18,7 +19,9 @@ pub mod kubewarden;
 pub mod manifests;
 pub mod namespaces;
 pub mod policy_server;
+pub mod policy_server_log;
 pub mod process;
+pub mod serving_tls;
 
 use std::future::Future;
 use std::io::{Read as _, Write as _};

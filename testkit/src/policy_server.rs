@@ -1,105 +1,211 @@
-//! The stand-in policy-server (`nsb-policy-server` of `e2e-tests/webhook`) run as a local
-//! process, as the reconciler is run: the binary comes from `NSB_WEBHOOK_BIN` (the tests never
-//! link wasmtime), it reads the cluster with the kubeconfig it is given (the policy-server's
-//! ServiceAccount), listens on a free port of 127.0.0.1 and writes its CA there once it
-//! serves. Dropping it kills it; a panicking test prints the tail of its log.
+//! Kubewarden's policy-server (the upstream program, `POLICY_SERVER`: 1.35.0 from
+//! `e2e-tests/kubewarden/install.sh`) run as a local process, as the reconciler is run,
+//! configured the way Kubewarden's controller configures its Deployment
+//! (`internal/controller/policyserver_controller_deployment.go` at v1.35.0): the policies file
+//! rendered from the manifest ([`crate::kubewarden::policies_file`]), a serving certificate and
+//! key (`KUBEWARDEN_CERT_FILE` / `KEY_FILE` there), `--always-accept-admission-reviews-on-namespace`
+//! its own namespace (the kubewarden-controller chart's default), the API server reached with
+//! the kubeconfig it is given (the policy-server's ServiceAccount). Everything it serves or
+//! reaches is on 127.0.0.1: `--addr` (which its readiness port shares), the API server of the
+//! kubeconfig; no metrics or traces are exported (no `--enable-metrics`, `--log-fmt json`, not
+//! `otlp`), and it gets a Sigstore trust config without a trusted root, so it never fetches
+//! Sigstore's TUF repository (it warns "Cannot create Sigstore trust root" and verifies no
+//! signatures, which the tests do not ask of it). Its environment is emptied first, as a
+//! container's is: no `RUST_BACKTRACE` (with it, every host-call error a user reads would carry
+//! a stack trace), no proxy. Dropping it kills it; a panicking test prints the tail of its log.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Context as _, Result, anyhow, ensure};
 
+use crate::kubewarden::{CONTROLLER_NAMESPACE, ClusterAdmissionPolicy, policies_file};
+use crate::policy_server_log::PolicyServerLog;
 use crate::process::{free_port, log_tail, spawn_logged};
-use crate::wait_until;
+use crate::serving_tls::ServingCertificate;
+use crate::{http_get, wait_until};
 
-/// The stand-in binary (`cargo build -p namespace-baseline-webhook`).
-pub const ENV_WEBHOOK_BIN: &str = "NSB_WEBHOOK_BIN";
-/// The policy module it runs (default: the repository's `policy.wasm`, `make policy.wasm`):
-/// the variable the runner's tests read too.
-pub const ENV_POLICY_WASM: &str = "POLICY_WASM";
+/// The policy-server binary.
+pub const ENV_POLICY_SERVER: &str = "POLICY_SERVER";
+/// The module it runs: the policy annotated by `kwctl annotate` (policy-server refuses a
+/// module without kwctl's annotation: "Policy is missing protocol version").
+pub const ENV_ANNOTATED_WASM: &str = "ANNOTATED_WASM";
 
-/// How to start the stand-in.
+/// How much it logs. `Debug` logs every review, its verdict and its host calls (what
+/// [`PolicyServerLog`] reads); `Info` is what a cluster runs, for measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Info,
+    Debug,
+}
+
+impl LogLevel {
+    fn flag(self) -> &'static str {
+        match self {
+            Self::Info => "info",
+            Self::Debug => "debug",
+        }
+    }
+}
+
+/// How to start it.
 #[derive(Debug, Clone)]
 pub struct Spawn<'a> {
-    /// The `nsb-policy-server` binary.
     pub binary: &'a Path,
-    /// A kubeconfig the host calls are answered with (the policy-server's identity).
+    /// A kubeconfig for the policy-server's ServiceAccount.
     pub kubeconfig: &'a Path,
-    /// The policy module.
-    pub wasm: &'a Path,
-    /// The manifest holding the ClusterAdmissionPolicy (settings, mode).
-    pub admission_policy: &'a Path,
-    /// A directory of its own: its log and its CA.
+    /// The policies it serves, each at `/validate/<unique name>`.
+    pub policies: &'a [ClusterAdmissionPolicy],
+    /// The annotated module every policy runs.
+    pub module: &'a Path,
+    /// A directory of its own is made in here: its configuration, certificate and log.
     pub work_dir: &'a Path,
+    pub log_level: LogLevel,
+    /// `--workers`; `None` keeps its default (one per CPU).
+    pub workers: Option<usize>,
 }
 
 pub struct PolicyServerProcess {
     child: Option<Child>,
     pub port: u16,
+    pub readiness_port: u16,
+    /// Its own directory.
+    pub dir: PathBuf,
     pub log: PathBuf,
-    pub ca_file: PathBuf,
+    /// The CA of its serving certificate: a webhook configuration's `caBundle`.
+    pub ca_pem: String,
+}
+
+fn from_env(variable: &str, fix: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(
+        std::env::var_os(variable).with_context(|| format!("{variable} is not set: {fix}"))?,
+    );
+    ensure!(
+        path.is_file(),
+        "{variable}={} is not a file: {fix}",
+        path.display()
+    );
+    Ok(path)
 }
 
 impl PolicyServerProcess {
-    /// The binary named by [`ENV_WEBHOOK_BIN`]; an error saying how to build it when unset.
+    /// The binary named by [`ENV_POLICY_SERVER`]; an error saying how to get it when unset.
     pub fn binary_from_env() -> Result<PathBuf> {
-        let binary = std::env::var_os(ENV_WEBHOOK_BIN).with_context(|| {
-            format!("{ENV_WEBHOOK_BIN} is not set: build the stand-in policy-server (`cargo build -p namespace-baseline-webhook`) and point {ENV_WEBHOOK_BIN} at target/debug/nsb-policy-server (e2e-tests/cluster-tests.sh does both)")
-        })?;
-        let binary = PathBuf::from(binary);
-        anyhow::ensure!(
-            binary.is_file(),
-            "{ENV_WEBHOOK_BIN}={} is not a file",
-            binary.display()
+        from_env(
+            ENV_POLICY_SERVER,
+            "run the tests through e2e-tests/cluster-tests.sh or e2e-tests/node-tests.sh (they install it), or `export POLICY_SERVER=$(e2e-tests/kubewarden/install.sh policy-server)`",
+        )
+    }
+
+    /// The module named by [`ENV_ANNOTATED_WASM`]; an error saying how to make it when unset.
+    pub fn module_from_env() -> Result<PathBuf> {
+        from_env(
+            ENV_ANNOTATED_WASM,
+            "run the tests through e2e-tests/cluster-tests.sh or e2e-tests/node-tests.sh (they make it), or `make annotated-policy.wasm KWCTL=$(e2e-tests/kubewarden/install.sh kwctl) && export ANNOTATED_WASM=$PWD/annotated-policy.wasm`",
+        )
+    }
+
+    /// The first line of what `binary --version` prints (`policy-server 1.35.0`; the OPA
+    /// builtins it lists after it are left out).
+    pub fn version(binary: &Path) -> Result<String> {
+        let output = Command::new(binary)
+            .arg("--version")
+            .env_clear()
+            .output()
+            .with_context(|| format!("running {} --version", binary.display()))?;
+        ensure!(
+            output.status.success(),
+            "{} --version: {}",
+            binary.display(),
+            output.status
         );
-        Ok(binary)
+        let text = String::from_utf8_lossy(&output.stdout);
+        Ok(text.lines().next().unwrap_or_default().trim().to_owned())
     }
 
-    /// The policy module named by [`ENV_POLICY_WASM`], else `policy.wasm` under `root`.
-    pub fn wasm_from_env(root: &Path) -> PathBuf {
-        std::env::var_os(ENV_POLICY_WASM).map_or_else(|| root.join("policy.wasm"), PathBuf::from)
-    }
-
-    /// Starts it on a free port, without waiting (see [`Self::wait_ready`]).
+    /// Writes its configuration and starts it on free ports of 127.0.0.1, without waiting
+    /// (see [`Self::wait_ready`]).
     pub fn spawn(spawn: Spawn<'_>) -> Result<Self> {
         let port = free_port()?;
-        let log = spawn.work_dir.join(format!("policy-server-{port}.log"));
-        let ca_file = spawn.work_dir.join(format!("policy-server-{port}.ca.crt"));
-        let child = spawn_logged(
-            Command::new(spawn.binary)
-                .arg(format!("--listen=127.0.0.1:{port}"))
-                .arg("--policy-wasm")
-                .arg(spawn.wasm)
-                .arg("--admission-policy")
-                .arg(spawn.admission_policy)
-                .arg("--ca-file")
-                .arg(&ca_file),
-            spawn.kubeconfig,
-            &log,
-        )?;
+        let mut readiness_port = free_port()?;
+        while readiness_port == port {
+            readiness_port = free_port()?;
+        }
+        let dir = spawn.work_dir.join(format!("policy-server-{port}"));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let module = spawn
+            .module
+            .canonicalize()
+            .with_context(|| format!("the module {}", spawn.module.display()))?;
+        let policies = dir.join("policies.yml");
+        let rendered = policies_file(spawn.policies, &format!("file://{}", module.display()))?;
+        std::fs::write(&policies, serde_json::to_string_pretty(&rendered)?)
+            .with_context(|| format!("writing {}", policies.display()))?;
+        let serving = ServingCertificate::generate("namespace-baseline tests' policy-server")?;
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        serving.write(&cert, &key)?;
+        // A ClientTrustConfig without `trustedRoot`: no Sigstore, and no download of it.
+        let trust = dir.join("sigstore-trust-config.json");
+        std::fs::write(&trust, "{}\n")?;
+        let log = dir.join("policy-server.log");
+        let mut command = Command::new(spawn.binary);
+        command
+            .env_clear()
+            .current_dir(&dir)
+            .args(["--addr", "127.0.0.1"])
+            .arg(format!("--port={port}"))
+            .arg(format!("--readiness-probe-port={readiness_port}"))
+            .arg("--cert-file")
+            .arg(&cert)
+            .arg("--key-file")
+            .arg(&key)
+            .arg("--policies")
+            .arg(&policies)
+            .arg("--policies-download-dir")
+            .arg(dir.join("downloads"))
+            .arg("--sigstore-cache-dir")
+            .arg(dir.join("sigstore"))
+            .arg("--sigstore-trust-config")
+            .arg(&trust)
+            .args([
+                "--always-accept-admission-reviews-on-namespace",
+                CONTROLLER_NAMESPACE,
+            ])
+            .args(["--log-fmt", "json", "--log-level", spawn.log_level.flag()]);
+        if let Some(workers) = spawn.workers {
+            command.arg(format!("--workers={workers}"));
+        }
+        let child = spawn_logged(&mut command, spawn.kubeconfig, &log)?;
         Ok(Self {
             child: Some(child),
             port,
+            readiness_port,
+            dir,
             log,
-            ca_file,
+            ca_pem: serving.ca_pem,
         })
     }
 
-    /// Waits until it serves (it writes its CA file then) and returns the CA (PEM); fails
-    /// with its log when it exits or does not get there within `timeout`.
-    pub async fn wait_ready(&mut self, timeout: Duration) -> Result<String> {
-        let result = wait_until("the stand-in policy-server to serve", timeout, || {
+    /// Waits until its readiness endpoint answers 200 (it serves once every policy is loaded
+    /// and its settings validated); fails with its log when it exits or does not get there
+    /// within `timeout`.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> Result<Duration> {
+        let port = self.readiness_port;
+        let result = wait_until("policy-server to be ready", timeout, || {
             // Exited is final: stop waiting (with its status) instead of timing out.
             let outcome = match self.exit_status() {
                 Some(status) => Some(Err(anyhow!("it exited ({status})"))),
-                None => std::fs::read_to_string(&self.ca_file).ok().map(Ok),
+                None => http_get(port, "/readiness")
+                    .ok()
+                    .filter(|(code, _)| *code == 200)
+                    .map(|_| Ok(())),
             };
             async move { Ok(outcome) }
         })
         .await;
-        match result.and_then(|(outcome, _)| outcome) {
-            Ok(ca) => Ok(ca),
+        match result.and_then(|(outcome, took)| outcome.map(|()| took)) {
+            Ok(took) => Ok(took),
             Err(error) => Err(error.context(self.log_tail(40))),
         }
     }
@@ -110,13 +216,14 @@ impl PolicyServerProcess {
             .and_then(|child| child.try_wait().ok().flatten())
     }
 
-    /// `https://127.0.0.1:<port>`, where the webhook configuration points.
+    /// `https://127.0.0.1:<port>`, where the webhook configurations point.
     pub fn server(&self) -> String {
         format!("https://127.0.0.1:{}", self.port)
     }
 
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+    /// Its log so far.
+    pub fn log(&self) -> PolicyServerLog {
+        PolicyServerLog::parse(&std::fs::read_to_string(&self.log).unwrap_or_default())
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
@@ -136,7 +243,7 @@ impl Drop for PolicyServerProcess {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
-            eprintln!("stand-in policy-server:\n{}", self.log_tail(200));
+            eprintln!("policy-server:\n{}", self.log_tail(100));
         }
     }
 }

@@ -57,7 +57,7 @@ pub fn log_tail(log: &Path, lines: usize) -> String {
     out
 }
 
-/// Starts `command` (a test's program: the reconciler, the stand-in policy-server) against
+/// Starts `command` (a test's program: the reconciler, Kubewarden's policy-server) against
 /// the cluster of `kubeconfig` (never the in-cluster one), its stdout and stderr appended to
 /// the file `log` (created), with no stdin.
 pub fn spawn_logged(command: &mut Command, kubeconfig: &Path, log: &Path) -> Result<Child> {

@@ -1,11 +1,13 @@
-//! The admission policy in the API server's admission chain, without Kubewarden: the stand-in
-//! policy-server (`NSB_WEBHOOK_BIN`, built by `e2e-tests/cluster-tests.sh`) run as the
-//! policy-server's ServiceAccount with the RBAC of `deploy/policy-server-rbac.yaml`, and the
-//! ValidatingWebhookConfiguration Kubewarden's controller would create for
-//! `deploy/admission-policy.yaml` pointing at it. The configuration fails closed
-//! (`failurePolicy: Fail`): a test must remove it before it ends ([`AdmissionChain::remove`],
-//! and [`Cluster::connect`] removes one left by a test that died), else every later
-//! NetworkPolicy write would fail.
+//! The admission policy in the API server's admission chain, through Kubewarden's own
+//! policy-server (`POLICY_SERVER`, 1.35.0, installed by `e2e-tests/cluster-tests.sh`) but
+//! without Kubewarden's controller: the policy-server runs as a local process, as the
+//! policy-server's ServiceAccount with exactly the RBAC of `deploy/policy-server-rbac.yaml`,
+//! serving every ClusterAdmissionPolicy of `deploy/admission-policy.yaml` from the annotated
+//! module (`ANNOTATED_WASM`), and each policy gets the ValidatingWebhookConfiguration
+//! the controller would create for it, pointing at that process. The configurations fail
+//! closed (`failurePolicy: Fail`): a test must remove them before it ends
+//! ([`AdmissionChain::remove`], and [`Cluster::connect`] removes those a test that died left),
+//! else every later write they cover would fail.
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -13,42 +15,73 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use futures::FutureExt as _;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use namespace_baseline_testkit::kubeconfig;
 use namespace_baseline_testkit::kubewarden::{
     self, CONTROLLER_NAMESPACE, ClusterAdmissionPolicy, POLICY_SERVER_SERVICE_ACCOUNT,
 };
-use namespace_baseline_testkit::policy_server::{PolicyServerProcess, Spawn};
-use serde_json::json;
+use namespace_baseline_testkit::policy_server::{LogLevel, PolicyServerProcess, Spawn};
+use namespace_baseline_testkit::policy_server_log::{PolicyServerLog, Review};
+use serde_json::{Value, json};
 
-use crate::{Cluster, TEST_MANAGER, read_yaml_documents, repo_root};
+use crate::{Cluster, TEST_MANAGER, read_yaml_documents, repo_root, wait_until};
 
-pub use namespace_baseline_testkit::policy_server::ENV_WEBHOOK_BIN;
+pub use namespace_baseline_testkit::policy_server::{ENV_ANNOTATED_WASM, ENV_POLICY_SERVER};
 
-/// The ClusterAdmissionPolicy the chain runs.
+/// The manifest whose ClusterAdmissionPolicies the chain runs.
 pub fn admission_policy_path() -> PathBuf {
     repo_root().join("deploy/admission-policy.yaml")
 }
 
-/// The ClusterAdmissionPolicy of `deploy/admission-policy.yaml`.
-pub fn shipped_policy() -> Result<ClusterAdmissionPolicy> {
-    ClusterAdmissionPolicy::read(&admission_policy_path())
+/// The ClusterAdmissionPolicies of `deploy/admission-policy.yaml`.
+pub fn shipped_policies() -> Result<Vec<ClusterAdmissionPolicy>> {
+    ClusterAdmissionPolicy::read_all(&admission_policy_path())
 }
 
-/// The stand-in serving, and its webhook configuration registered.
+/// How a test wants its policy-server.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainOptions {
+    /// `Debug` to read its reviews back ([`AdmissionChain::reviews`]); `Info` to measure it
+    /// as a cluster runs it.
+    pub log_level: LogLevel,
+    /// `--workers`; `None`: its default, one per CPU.
+    pub workers: Option<usize>,
+    /// A grant of `deploy/policy-server-rbac.yaml` its ServiceAccount goes without (API
+    /// group, resource), to see what a user meets then.
+    pub without_grant: Option<(&'static str, &'static str)>,
+}
+
+impl Default for ChainOptions {
+    fn default() -> Self {
+        Self {
+            log_level: LogLevel::Debug,
+            workers: None,
+            without_grant: None,
+        }
+    }
+}
+
+/// The policy-server serving, and the webhook configurations of its policies registered.
 pub struct AdmissionChain {
-    pub policy: ClusterAdmissionPolicy,
+    pub policies: Vec<ClusterAdmissionPolicy>,
     pub policy_server: PolicyServerProcess,
-    /// The configuration as registered (JSON).
-    pub configuration: serde_json::Value,
+    /// What `policy-server --version` printed.
+    pub version: String,
+    /// The configurations, one per policy, as registered (JSON).
+    pub configurations: Vec<Value>,
     admin: Client,
 }
 
 impl Cluster {
-    /// The policy-server's namespace and ServiceAccount, and what `deploy/policy-server-rbac.yaml`
-    /// grants it.
-    pub async fn install_policy_server_identity(&self) -> Result<()> {
+    /// The policy-server's namespace and ServiceAccount, and exactly what
+    /// `deploy/policy-server-rbac.yaml` grants it, less the rules on `without` (API group,
+    /// resource) when given: a policy-server whose ServiceAccount lacks that grant.
+    pub async fn install_policy_server_identity(
+        &self,
+        without: Option<(&str, &str)>,
+    ) -> Result<()> {
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.admin.clone());
         namespaces
             .patch(
@@ -62,7 +95,21 @@ impl Cluster {
         self.apply(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": POLICY_SERVER_SERVICE_ACCOUNT, "namespace": CONTROLLER_NAMESPACE}}))
             .await?;
-        for object in read_yaml_documents(&repo_root().join("deploy/policy-server-rbac.yaml"))? {
+        for mut object in read_yaml_documents(&repo_root().join("deploy/policy-server-rbac.yaml"))?
+        {
+            if let (Some((group, resource)), Some(rules)) = (
+                without,
+                object.get_mut("rules").and_then(Value::as_array_mut),
+            ) {
+                rules.retain(|rule| {
+                    let listed = |field: &str, value: &str| {
+                        rule[field]
+                            .as_array()
+                            .is_some_and(|values| values.iter().any(|v| v == value))
+                    };
+                    !(listed("apiGroups", group) && listed("resources", resource))
+                });
+            }
             self.apply(&object)
                 .await
                 .context("applying deploy/policy-server-rbac.yaml")?;
@@ -70,11 +117,29 @@ impl Cluster {
         Ok(())
     }
 
-    /// Starts the stand-in as the policy-server's ServiceAccount and registers the webhook
-    /// configuration for it. The caller must [`AdmissionChain::remove`] it.
+    /// [`Self::start_admission_chain_with`] the default options (debug log).
     pub async fn start_admission_chain(&self) -> Result<AdmissionChain> {
+        self.start_admission_chain_with(ChainOptions::default())
+            .await
+    }
+
+    /// Starts policy-server as its ServiceAccount, serving the shipped policies, and
+    /// registers a webhook configuration for each. The caller must [`AdmissionChain::remove`]
+    /// it.
+    pub async fn start_admission_chain_with(
+        &self,
+        options: ChainOptions,
+    ) -> Result<AdmissionChain> {
         let binary = PolicyServerProcess::binary_from_env()?;
-        self.install_policy_server_identity().await?;
+        let module = PolicyServerProcess::module_from_env()?;
+        let version = PolicyServerProcess::version(&binary)?;
+        let policies = shipped_policies()?;
+        let declared = kubewarden::metadata_rules(&repo_root().join("metadata.yml"))?;
+        for policy in &policies {
+            kubewarden::check_rules_declared(policy, &declared)?;
+        }
+        self.install_policy_server_identity(options.without_grant)
+            .await?;
         let kubeconfig = self.work_dir.join("policy-server.kubeconfig");
         kubeconfig::write_service_account_kubeconfig(
             &self.admin,
@@ -83,107 +148,328 @@ impl Cluster {
             &kubeconfig,
         )
         .await?;
-        let wasm = PolicyServerProcess::wasm_from_env(&repo_root());
-        let policy_path = admission_policy_path();
         let mut policy_server = PolicyServerProcess::spawn(Spawn {
             binary: &binary,
             kubeconfig: &kubeconfig,
-            wasm: &wasm,
-            admission_policy: &policy_path,
+            policies: &policies,
+            module: &module,
             work_dir: &self.work_dir,
+            log_level: options.log_level,
+            workers: options.workers,
         })?;
-        let ca_pem = policy_server.wait_ready(Duration::from_secs(60)).await?;
+        let ready = policy_server.wait_ready(Duration::from_secs(60)).await?;
         eprintln!(
-            "started the stand-in policy-server ({}, {}, log {})",
+            "{version} ({}) ready in {ready:.1?}, serving {} at {} from {}; log {}",
+            binary.display(),
+            policies
+                .iter()
+                .map(ClusterAdmissionPolicy::validate_path)
+                .collect::<Vec<_>>()
+                .join(", "),
             policy_server.server(),
-            wasm.display(),
+            module.display(),
             policy_server.log.display()
         );
-        let policy = shipped_policy()?;
-        let rules = kubewarden::metadata_rules(&repo_root().join("metadata.yml"))?;
-        let configuration =
-            kubewarden::webhook_configuration(&policy, &rules, &policy_server.server(), &ca_pem)?;
+        let configurations = policies
+            .iter()
+            .map(|policy| {
+                kubewarden::webhook_configuration(
+                    policy,
+                    &policy_server.server(),
+                    &policy_server.ca_pem,
+                )
+            })
+            .collect();
         let chain = AdmissionChain {
-            policy,
+            policies,
             policy_server,
-            configuration,
+            version,
+            configurations,
             admin: self.admin.clone(),
         };
         chain.register().await?;
         Ok(chain)
     }
 
-    /// Runs `checks` with the stand-in policy-server in the admission chain, and removes the
-    /// chain whatever happened: the configuration must go before anything else runs on this
-    /// API server (fail closed). When `checks` panicked, the stand-in's log tail is printed
+    /// Runs `checks` with policy-server in the admission chain (debug log), and removes the
+    /// chain whatever happened: the configurations must go before anything else runs on this
+    /// API server (fail closed). When `checks` panicked, policy-server's log tail is printed
     /// and the panic is returned, for the caller to clean up before it resumes it.
     pub async fn with_admission_chain<T>(
         &self,
         checks: impl AsyncFnOnce(&AdmissionChain) -> T,
     ) -> std::thread::Result<T> {
-        let chain = self
-            .start_admission_chain()
+        self.with_admission_chain_options(ChainOptions::default(), checks)
             .await
-            .expect("the stand-in policy-server in the admission chain");
+    }
+
+    /// [`Self::with_admission_chain`] with a policy-server started with `options`.
+    pub async fn with_admission_chain_options<T>(
+        &self,
+        options: ChainOptions,
+        checks: impl AsyncFnOnce(&AdmissionChain) -> T,
+    ) -> std::thread::Result<T> {
+        let chain = self
+            .start_admission_chain_with(options)
+            .await
+            .expect("policy-server in the admission chain");
         let checked = AssertUnwindSafe(checks(&chain)).catch_unwind().await;
         if checked.is_err() {
-            eprintln!(
-                "stand-in policy-server:\n{}",
-                chain.policy_server.log_tail(60)
-            );
+            eprintln!("policy-server:\n{}", chain.policy_server.log_tail(60));
         }
         let removed = chain.remove().await;
         match (&checked, removed) {
-            (Ok(_), removed) => removed.expect("removing the webhook configuration"),
+            (Ok(_), removed) => removed.expect("removing the webhook configurations"),
             (Err(_), Err(error)) => {
-                eprintln!("!! removing the webhook configuration failed too: {error:#}");
+                eprintln!("!! removing the webhook configurations failed too: {error:#}");
             }
             (Err(_), Ok(())) => {}
         }
         checked
     }
 
-    /// Removes a webhook configuration of the shipped policy that a dead test left behind.
+    /// Removes the webhook configurations of the shipped policies that a dead test left
+    /// behind.
     pub(crate) async fn remove_leftover_admission_chain(&self) -> Result<()> {
-        let name = shipped_policy()?.unique_name();
-        if kubewarden::remove(&self.admin, &name).await? {
-            eprintln!("removed the ValidatingWebhookConfiguration {name} an earlier test left");
+        for policy in shipped_policies()? {
+            let name = policy.unique_name();
+            if kubewarden::remove(&self.admin, &name).await? {
+                eprintln!("removed the ValidatingWebhookConfiguration {name} an earlier test left");
+            }
         }
         Ok(())
     }
 }
 
+/// A Pod CREATE as `client` in `namespace`, dry run: the whole admission chain runs (a webhook
+/// gets `dryRun: true`, and every policy here has `sideEffects: None`), nothing is stored.
+/// `Ok(Err((code, message)))` when the API server refuses it.
+pub async fn dry_run_pod_create(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<std::result::Result<(), (u16, String)>> {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"automountServiceAccountToken": false,
+                 "containers": [{"name": "c", "image": "registry.invalid/never-pulled"}]},
+    }))?;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    match Api::<Pod>::namespaced(client.clone(), namespace)
+        .create(&dry_run, &pod)
+        .await
+    {
+        Ok(_) => Ok(Ok(())),
+        Err(kube::Error::Api(status)) => Ok(Err((status.code, status.message))),
+        Err(error) => Err(error).with_context(|| format!("creating pod {namespace}/{name}")),
+    }
+}
+
+impl Cluster {
+    /// The `default` ServiceAccount of `namespace`, which every Pod CREATE there needs (the
+    /// API server's ServiceAccount admission; no controller-manager runs here to make it).
+    pub async fn default_service_account(&self, namespace: &str) -> Result<()> {
+        self.apply(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": namespace}}))
+            .await
+            .map(|_| ())
+    }
+}
+
 impl AdmissionChain {
-    /// The configuration's name.
-    pub fn name(&self) -> String {
-        self.policy.unique_name()
+    /// Waits until the API server sends Pod CREATEs in `namespace` to policy-server
+    /// (`judged`), or no longer does (three in a row not reviewed), from dry-run creates
+    /// whose reviews are looked for in its debug log: a webhook's answer is logged before the
+    /// API server answers the create. Returns how long it took.
+    pub async fn wait_pods_judged(
+        &self,
+        client: &Client,
+        namespace: &str,
+        judged: bool,
+        timeout: Duration,
+    ) -> Result<Duration> {
+        let attempt = std::cell::Cell::new(0);
+        let unreviewed_in_a_row = std::cell::Cell::new(0);
+        let what = format!(
+            "Pod CREATEs in {namespace} {} policy-server",
+            if judged {
+                "sent to"
+            } else {
+                "no longer sent to"
+            }
+        );
+        let (_, took) = wait_until(&what, timeout, || {
+            attempt.set(attempt.get() + 1);
+            let name = format!("judged-check-{}", attempt.get());
+            let unreviewed_in_a_row = &unreviewed_in_a_row;
+            async move {
+                if let Err((code, message)) = dry_run_pod_create(client, namespace, &name).await? {
+                    eprintln!("dry-run create of pod {namespace}/{name}: {code} {message}");
+                }
+                let reviewed = self
+                    .reviews()
+                    .iter()
+                    .any(|review| review.resource == "v1/pods" && review.name == name);
+                unreviewed_in_a_row.set(if reviewed {
+                    0
+                } else {
+                    unreviewed_in_a_row.get() + 1
+                });
+                let settled = if judged {
+                    reviewed
+                } else {
+                    unreviewed_in_a_row.get() >= 3
+                };
+                Ok(settled.then_some(()))
+            }
+        })
+        .await?;
+        Ok(took)
     }
 
-    /// (Re-)registers the webhook configuration.
+    /// The policy whose rules send `resource` (`pods`, `networkpolicies`, `namespaces`) of the
+    /// API group `group` to the policy-server.
+    pub fn policy_for(&self, group: &str, resource: &str) -> &ClusterAdmissionPolicy {
+        self.policies
+            .iter()
+            .find(|policy| policy.matches(group, resource))
+            .unwrap_or_else(|| panic!("no ClusterAdmissionPolicy judges {group}/{resource}"))
+    }
+
+    /// How the API server begins a refusal of `resource` by its webhook.
+    pub fn denied_by(&self, group: &str, resource: &str) -> String {
+        format!(
+            "admission webhook \"{}\" denied the request: ",
+            self.policy_for(group, resource).webhook_name()
+        )
+    }
+
+    /// (Re-)registers every webhook configuration.
     pub async fn register(&self) -> Result<()> {
-        kubewarden::register(&self.admin, &self.configuration).await
-    }
-
-    /// Removes the webhook configuration (the stand-in keeps running until dropped).
-    pub async fn unregister(&self) -> Result<()> {
-        kubewarden::remove(&self.admin, &self.name()).await?;
+        for configuration in &self.configurations {
+            kubewarden::register(&self.admin, configuration).await?;
+        }
         Ok(())
     }
 
-    /// Removes the configuration and stops the stand-in.
+    /// Registers the configurations with every rule that sends `resource` of `group` taken
+    /// out (a configuration left with no rule is removed): the chain as if the policies did
+    /// not judge that resource, e.g. the Pod CREATE gate off.
+    pub async fn register_without(&self, group: &str, resource: &str) -> Result<()> {
+        for configuration in &self.configurations {
+            let name = configuration["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            match without_resource(configuration, group, resource) {
+                Some(narrowed) => kubewarden::register(&self.admin, &narrowed).await?,
+                None => {
+                    kubewarden::remove(&self.admin, name).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the webhook configurations (policy-server keeps running until dropped).
+    pub async fn unregister(&self) -> Result<()> {
+        for policy in &self.policies {
+            kubewarden::remove(&self.admin, &policy.unique_name()).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the configurations and stops policy-server.
     pub async fn remove(mut self) -> Result<()> {
         let removed = self.unregister().await;
         self.policy_server.kill();
         removed
     }
 
-    /// The stand-in's log lines, one per AdmissionReview it answered.
-    pub fn reviews(&self) -> Vec<String> {
-        self.policy_server
-            .log_text()
-            .lines()
-            .filter(|line| line.starts_with("review "))
-            .map(str::to_owned)
-            .collect()
+    /// policy-server's log so far.
+    pub fn log(&self) -> PolicyServerLog {
+        self.policy_server.log()
+    }
+
+    /// The AdmissionReviews policy-server answered so far (with the debug log).
+    pub fn reviews(&self) -> Vec<Review> {
+        self.log().reviews()
+    }
+}
+
+/// `configuration` without `resource` of `group` in any of its webhooks' rules; `None` when no
+/// rule is left.
+fn without_resource(configuration: &Value, group: &str, resource: &str) -> Option<Value> {
+    let mut configuration = configuration.clone();
+    let mut rules_left = 0;
+    for webhook in configuration["webhooks"].as_array_mut()? {
+        let Some(rules) = webhook["rules"].as_array_mut() else {
+            continue;
+        };
+        for rule in rules.iter_mut() {
+            let in_group = rule["apiGroups"]
+                .as_array()
+                .is_some_and(|groups| groups.iter().any(|g| g == group));
+            if let (true, Some(resources)) = (in_group, rule["resources"].as_array_mut()) {
+                resources.retain(|r| r != resource);
+            }
+        }
+        rules.retain(|rule| {
+            rule["resources"]
+                .as_array()
+                .is_some_and(|resources| !resources.is_empty())
+        });
+        rules_left += rules.len();
+    }
+    (rules_left > 0).then_some(configuration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configuration(rules: Value) -> Value {
+        json!({"metadata": {"name": "c"}, "webhooks": [{"name": "w", "rules": rules}]})
+    }
+
+    #[test]
+    fn a_resource_taken_out_of_the_rules() {
+        let both = configuration(json!([
+            {"apiGroups": [""], "resources": ["namespaces", "namespaces/status"], "operations": ["UPDATE"]},
+            {"apiGroups": [""], "resources": ["pods"], "operations": ["CREATE"]},
+        ]));
+        let narrowed = without_resource(&both, "", "pods").unwrap();
+        assert_eq!(
+            narrowed["webhooks"][0]["rules"],
+            json!([{"apiGroups": [""], "resources": ["namespaces", "namespaces/status"], "operations": ["UPDATE"]}])
+        );
+        assert_eq!(
+            without_resource(&both, "", "namespaces").unwrap()["webhooks"][0]["rules"][0]["resources"],
+            json!(["namespaces/status"])
+        );
+        // Another group's resource of that name stays.
+        assert_eq!(without_resource(&both, "apps", "pods").unwrap(), both);
+        let pods_only = configuration(json!([
+            {"apiGroups": [""], "resources": ["pods"], "operations": ["CREATE"]},
+        ]));
+        assert_eq!(without_resource(&pods_only, "", "pods"), None);
+    }
+
+    #[test]
+    fn every_resource_the_tests_touch_has_its_policy() {
+        let policies = shipped_policies().unwrap();
+        for (group, resource) in [
+            ("", "pods"),
+            ("", "namespaces"),
+            ("networking.k8s.io", "networkpolicies"),
+        ] {
+            assert!(
+                policies.iter().any(|p| p.matches(group, resource)),
+                "{group}/{resource}"
+            );
+        }
     }
 }

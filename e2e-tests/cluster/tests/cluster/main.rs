@@ -12,6 +12,8 @@ mod s11_doors_holes;
 mod s12_admission_chain;
 mod s13_every_namespace;
 mod s14_openreports;
+mod s15_policy_server;
+mod s16_pod_create_cost;
 mod s1_crd;
 mod s2_s3_wall;
 mod s4_quiet;

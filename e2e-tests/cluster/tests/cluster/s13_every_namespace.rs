@@ -3,8 +3,8 @@
 //! without any label; its status counts the namespaces it covers and those it leaves out, and
 //! `plan --cluster` (as the reconciler's ServiceAccount) names the ones it leaves out.
 //!
-//! Then, through the real admission chain (the built policy in the stand-in policy-server,
-//! as in s12), kube-apiserver refuses a tenant's way out: *adding* the opt-out label to a
+//! Then, through the real admission chain (the built policy in Kubewarden's policy-server, as
+//! in s12), kube-apiserver refuses a tenant's way out: *adding* the opt-out label to a
 //! covered namespace, and *creating* a namespace that already carries it.
 
 use std::collections::BTreeSet;
@@ -231,7 +231,7 @@ async fn s13_an_opt_out_selector_walls_namespaces_that_never_carried_a_label() {
     assert_rbac_was_enough(&cluster, mark);
 }
 
-/// With the stand-in policy-server in the admission chain: adding the opt-out label to the
+/// With policy-server in the admission chain: adding the opt-out label to the
 /// covered namespace `covered` is refused with the policy's message (and the label is not
 /// there afterwards), and so is creating a namespace that already carries it.
 async fn opting_out_is_refused(
@@ -241,10 +241,7 @@ async fn opting_out_is_refused(
     covered: &str,
     chain: &AdmissionChain,
 ) {
-    let denied_by = format!(
-        "admission webhook \"{}\" denied the request: ",
-        chain.policy.webhook_name()
-    );
+    let denied_by = chain.denied_by("", "namespaces");
     let namespaces: Api<Namespace> = Api::all(cluster.admin.clone());
     let opt_out = Patch::Merge(json!({"metadata": {"labels": {OPT_OUT: "true"}}}));
     let refusal = |result: Result<Namespace, kube::Error>| match result {

@@ -19,14 +19,13 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use namespace_baseline_cluster_tests::admission::AdmissionChain;
 use namespace_baseline_cluster_tests::{
     AuditEvent, AuditMark, Cluster, Scenario, deny_all_policy_name, dns_policy_name,
 };
-use namespace_baseline_testkit::kubewarden;
 use serde_json::{Value, json};
 
 use crate::common::{self, figure};
@@ -209,14 +208,23 @@ fn report(gate: Gate, rounds: &[Round]) {
 /// Registers the chain as shipped (gate on) or without its Pod CREATE rule (off), and waits
 /// until the API server acts on it.
 async fn set_gate(bed: &Bed<'_>, gate: Gate) {
-    let configuration = match gate {
-        Gate::On => bed.chain.configuration.clone(),
-        Gate::Off => without_pod_rule(&bed.chain.configuration),
-    };
-    kubewarden::register(&bed.cluster.admin, &configuration)
+    match gate {
+        Gate::On => bed.chain.register().await,
+        Gate::Off => bed.chain.register_without("", "pods").await,
+    }
+    .expect("registering the webhook configurations");
+    // Dry-run creates of a pod in the listener's unguarded namespace, which the policy admits,
+    // looked for in policy-server's reviews.
+    let took = bed
+        .chain
+        .wait_pods_judged(
+            &bed.cluster.admin,
+            &bed.listener.namespace,
+            gate == Gate::On,
+            CHAIN_UPDATE,
+        )
         .await
-        .expect("registering the webhook configuration");
-    let took = wait_gate(bed, gate).await;
+        .unwrap_or_else(|error| panic!("the gate did not turn {}: {error:#}", gate.label()));
     figure(
         "n8",
         format!(
@@ -224,67 +232,6 @@ async fn set_gate(bed: &Bed<'_>, gate: Gate) {
             gate.label()
         ),
     );
-}
-
-/// The webhook configuration without the rule that sends Pod CREATEs to the policy.
-fn without_pod_rule(configuration: &Value) -> Value {
-    let mut configuration = configuration.clone();
-    let webhooks = configuration["webhooks"]
-        .as_array_mut()
-        .into_iter()
-        .flatten();
-    for rules in webhooks.filter_map(|webhook| webhook["rules"].as_array_mut()) {
-        rules.retain(|rule| {
-            !rule["resources"]
-                .as_array()
-                .is_some_and(|resources| resources.iter().any(|r| r == "pods"))
-        });
-    }
-    configuration
-}
-
-/// Waits until the API server sends a Pod CREATE to the policy (gate on), or has stopped
-/// doing so (off, three in a row): dry-run creates of a pod in the listener's unguarded
-/// namespace, which the policy admits, are looked for in the stand-in's log of reviews.
-async fn wait_gate(bed: &Bed<'_>, gate: Gate) -> Duration {
-    let pods: Api<Pod> = Api::namespaced(bed.cluster.admin.clone(), &bed.listener.namespace);
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    let started = Instant::now();
-    let mut unreviewed_in_a_row = 0;
-    for attempt in 0.. {
-        assert!(
-            started.elapsed() < CHAIN_UPDATE,
-            "the gate did not turn {} in {CHAIN_UPDATE:?}",
-            gate.label()
-        );
-        let name = format!("gate-check-{}-{attempt}", gate.label());
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": bed.node.tools_image}]}
-        }))
-        .expect("a pod");
-        if let Err(error) = pods.create(&dry_run, &pod).await {
-            eprintln!("dry-run create of pod {name}: {error}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let reviewed = bed
-            .chain
-            .reviews()
-            .iter()
-            .any(|line| line.contains(&format!("/{name} ")));
-        match (gate, reviewed) {
-            (Gate::On, true) => break,
-            (Gate::Off, false) => unreviewed_in_a_row += 1,
-            _ => unreviewed_in_a_row = 0,
-        }
-        if unreviewed_in_a_row == 3 {
-            break;
-        }
-    }
-    started.elapsed()
 }
 
 /// The user's one apply: the guarded Namespace and the Deployment in it.
