@@ -139,13 +139,25 @@ expect everything "image: registry.example.com/mirror/namespace-baseline-reconci
 if "$HELM" template namespace-baseline "$CHART" --set reconciler.image.digest=latest >/dev/null 2>&1; then
   echo "!! reconciler.image.digest=latest was accepted: only sha256:<64 hex> may be" >&2; exit 1
 fi
-# The ClusterAdmissionPolicy has no namespaceSelector (the CRDs rendered beside it do).
-awk '/^---/ { if (doc ~ /\nkind: ClusterAdmissionPolicy\n/) printf "%s\n", doc; doc = ""; next }
+# The ClusterAdmissionPolicies: the one of the NetworkPolicy and Namespace rules has no
+# namespaceSelector (it could not see a label removal); the Pod rule's has one, which leaves
+# out the system namespaces, the chart's, the policy-server's and hedronite.io/pod-gate.
+# A rule's resources, in block style (the chart) or flow style (deploy/).
+POD_RULE='(- pods\n|\\["pods"\\])'
+NETPOL_RULE='(- networkpolicies\n|\\["networkpolicies"\\])'
+policy_documents() { # $1: rendering, $2: a pattern the documents kept must match
+  awk -v want="$2" '/^---/ { if (doc ~ /\nkind: ClusterAdmissionPolicy\n/ && doc ~ want) printf "%s\n", doc; doc = ""; next }
      { doc = doc "\n" $0 }
-     END { if (doc ~ /\nkind: ClusterAdmissionPolicy\n/) printf "%s\n", doc }' \
-  "$OUT/everything.yaml" >"$OUT/everything-admission-policy.yaml"
+     END { if (doc ~ /\nkind: ClusterAdmissionPolicy\n/ && doc ~ want) printf "%s\n", doc }' "$1"
+}
+policy_documents "$OUT/everything.yaml" "$NETPOL_RULE" >"$OUT/everything-admission-policy.yaml"
+policy_documents "$OUT/everything.yaml" "$POD_RULE" >"$OUT/everything-pods-policy.yaml"
 expect everything-admission-policy "kind: ClusterAdmissionPolicy"
 no_line everything-admission-policy '^ *namespaceSelector:'
+no_line everything-admission-policy '^ *- pods$'
+expect everything-pods-policy "namespaceSelector:"
+expect everything-pods-policy 'values: ["kube-system","kube-public","kube-node-lease"'
+expect everything-pods-policy "key: hedronite.io/pod-gate"
 for kind in Namespace Role RoleBinding NetworkPolicy PodDisruptionBudget NamespaceBaseline ClusterAdmissionPolicy PodMonitor PrometheusRule; do
   no_kind minimal "$kind"
 done
@@ -173,7 +185,11 @@ no_line minimal '--probe-'
 policy="$ROOT/deploy/admission-policy.yaml"
 grep -qE '^  backgroundAudit: false$' "$policy" || { echo "!! $policy: backgroundAudit must be false" >&2; exit 1; }
 ! grep -qE '^  matchConditions:' "$policy" || { echo "!! $policy: no matchConditions (a condition on a namespace name leaves any namespace of that name unguarded; SECURITY.md)" >&2; exit 1; }
-! grep -qE '^ *namespaceSelector:' "$policy" || { echo "!! $policy: no namespaceSelector (it cannot see a label removal)" >&2; exit 1; }
+policy_documents "$policy" "$NETPOL_RULE" | grep -qE '^ *namespaceSelector:' && { echo "!! $policy: no namespaceSelector on the NetworkPolicy and Namespace rules (it cannot see a label removal)" >&2; exit 1; }
+for system in kube-system kube-public kube-node-lease; do
+  policy_documents "$policy" "$POD_RULE" | grep -qE "^ +values: \[.*\b$system\b" ||
+    { echo "!! $policy: the Pod rule's namespaceSelector must leave out $system" >&2; exit 1; }
+done
 # Chart.yaml's Artifact Hub annotations name what the chart ships: the image of appVersion and
 # the CRD of crds/.
 chart_yaml="$CHART/Chart.yaml"
@@ -185,5 +201,5 @@ crd_kind="$(sed -n 's/^    kind: //p' "$ROOT/deploy/crd.yaml" | head -n 1)"
 grep -qF "name: $crd_name" "$chart_yaml" && grep -qF "kind: $crd_kind" "$chart_yaml" ||
   { echo "!! $chart_yaml: artifacthub.io/crds does not name $crd_kind ($crd_name) of deploy/crd.yaml" >&2; exit 1; }
 nsb_say "Chart.yaml: artifacthub.io/images names the reconciler $app_version, artifacthub.io/crds $crd_kind"
-nsb_say "deploy/admission-policy.yaml: metadata.yml's rules, contextAwareResources and backgroundAudit; no matchConditions; no namespaceSelector"
+nsb_say "deploy/admission-policy.yaml: metadata.yml's rules, contextAwareResources and backgroundAudit; no matchConditions; no namespaceSelector but the Pod rule's, which leaves the system namespaces out"
 nsb_say "chart check passed (renderings in $OUT)"

@@ -69,12 +69,16 @@ fn the_deployed_service_account_is_the_core_identity() {
 
 #[test]
 fn the_admission_policy_exempts_the_core_identity() {
-    let policy = documents("deploy/admission-policy.yaml");
-    let settings = &policy[0]["spec"]["settings"];
-    assert_eq!(
-        settings["reconcilerUsername"].as_str(),
-        Some(reconciler_username().as_str())
-    );
-    let settings: Settings = serde_json::from_value(settings.clone()).expect("valid settings");
-    assert_eq!(settings.validate(), Ok(()));
+    let policies = documents("deploy/admission-policy.yaml");
+    assert_eq!(policies.len(), 2, "the rules' policy and the Pod rule's");
+    for policy in &policies {
+        let settings = &policy["spec"]["settings"];
+        assert_eq!(
+            settings["reconcilerUsername"].as_str(),
+            Some(reconciler_username().as_str())
+        );
+        let settings: Settings =
+            serde_json::from_value(settings.clone()).expect("valid settings");
+        assert_eq!(settings.validate(), Ok(()));
+    }
 }

@@ -9,6 +9,12 @@ pub const MANAGED_BY_VALUE: &str = "namespace-baseline";
 /// Label naming the baseline a managed NetworkPolicy belongs to (see [`baseline_label_value`]).
 pub const BASELINE_LABEL: &str = "hedronite.io/baseline";
 
+/// On a Namespace (any value; `exempt` by convention), keeps its pods away from the Pod
+/// rule's webhook: the pod policy's `namespaceSelector` leaves it out (deploy/, the chart).
+/// For a network plugin's or a service mesh's namespace; only an exempt identity may set,
+/// change or remove it.
+pub const POD_GATE_LABEL: &str = "hedronite.io/pod-gate";
+
 /// On a NamespaceBaseline while its deletion must remove its wall (`deletionPolicy: Delete`
 /// in `Enforce` mode); never present under `Orphan`.
 pub const CLEANUP_FINALIZER: &str = "hedronite.io/cleanup";

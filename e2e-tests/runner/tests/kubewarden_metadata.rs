@@ -445,11 +445,16 @@ fn every_setting_has_one_question_whose_default_the_policy_reads() {
         "questions-ui.yml: the defaults are not read as written"
     );
     // ...and those of the documented deployment.
-    let deploy = read_yaml("deploy/admission-policy.yaml");
-    assert_eq!(
-        defaults, deploy["spec"]["settings"],
-        "questions-ui.yml defaults and deploy/admission-policy.yaml settings differ"
-    );
+    let policies = yaml::read_documents(&repo().join("deploy/admission-policy.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(policies.len(), 2, "the rules' policy and the Pod rule's");
+    for deploy in &policies {
+        assert_eq!(
+            defaults, deploy["spec"]["settings"],
+            "questions-ui.yml defaults and deploy/admission-policy.yaml settings ({}) differ",
+            deploy["metadata"]["name"]
+        );
+    }
     // Every choice the UI offers is accepted.
     for question in questions
         .iter()

@@ -1,7 +1,8 @@
 //! A fixture's verdict only matters if the API server sends the request to the policy: every
 //! request a fixture expects to be rejected (the bypass catalogue included) must be matched
-//! by the rules of `metadata.yml` and of `deploy/admission-policy.yaml` (resource,
-//! subresource, operation; it has no `matchConditions`). And every host call the policy makes
+//! by the rules of `metadata.yml` and of one of the ClusterAdmissionPolicies of
+//! `deploy/admission-policy.yaml` (resource, subresource, operation, and the namespace names
+//! a `namespaceSelector` leaves out; they have no `matchConditions`). And every host call the policy makes
 //! must be allowed to the policy-server's ServiceAccount by `deploy/policy-server-rbac.yaml`. A rule that misses a subresource
 //! writing labels (`namespaces/status`) is a way around the wall no fixture would catch.
 
@@ -16,6 +17,39 @@ fn repo() -> PathBuf {
 
 fn read_yaml(path: &str) -> Value {
     yaml::read_document(&repo().join(path)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Rejections the policy still decides but deploy/ never asks for: the Pod rule's
+/// `namespaceSelector` leaves the reconciler's own namespace out (pods there never wait on the
+/// policy-server; SECURITY.md), where a chart installed elsewhere may not.
+const LEFT_OUT_BY_DEPLOY: [&str; 1] = ["pods-reconciler-namespace-other-pod-waits"];
+
+/// The ClusterAdmissionPolicies of `deploy/admission-policy.yaml`.
+fn shipped_policies() -> Vec<Value> {
+    let policies = yaml::read_documents(&repo().join("deploy/admission-policy.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        policies
+            .iter()
+            .all(|policy| policy["kind"] == "ClusterAdmissionPolicy")
+    );
+    policies
+}
+
+/// Whether a policy's `namespaceSelector` leaves out the namespace `name` by its name (the
+/// only label a fixture's namespace is known to carry).
+fn leaves_out(policy: &Value, name: &str) -> bool {
+    policy["spec"]["namespaceSelector"]["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|term| {
+            term["key"] == "kubernetes.io/metadata.name"
+                && term["operator"] == "NotIn"
+                && term["values"]
+                    .as_array()
+                    .is_some_and(|values| values.iter().any(|value| value == name))
+        })
 }
 
 /// What a webhook rule matches a request on.
@@ -66,9 +100,11 @@ fn matches(rules: &Value, target: &Target) -> bool {
 #[test]
 fn every_rejected_request_of_the_fixtures_reaches_the_policy() {
     let metadata = read_yaml("metadata.yml");
-    let policy = read_yaml("deploy/admission-policy.yaml");
+    let policies = shipped_policies();
     assert!(
-        policy["spec"]["matchConditions"].is_null(),
+        policies
+            .iter()
+            .all(|policy| policy["spec"]["matchConditions"].is_null()),
         "matchConditions came back: update this test's evaluation of them (and SECURITY.md: a condition on a namespace name leaves any namespace of that name unguarded)"
     );
     let mut checked = Vec::new();
@@ -79,15 +115,28 @@ fn every_rejected_request_of_the_fixtures_reaches_the_policy() {
         }
         let name = fixture.name.clone();
         let target = target(&fixture.request);
-        for (file, rules) in [
-            ("metadata.yml", &metadata["rules"]),
-            ("deploy/admission-policy.yaml", &policy["spec"]["rules"]),
-        ] {
-            if !matches(rules, &target) {
-                missed.push(format!(
-                    "{name}: {target:?} not sent to the policy by {file}"
-                ));
-            }
+        if !matches(&metadata["rules"], &target) {
+            missed.push(format!(
+                "{name}: {target:?} not sent to the policy by metadata.yml"
+            ));
+        }
+        let namespace = text(&fixture.request["namespace"]);
+        if LEFT_OUT_BY_DEPLOY.contains(&name.as_str()) {
+            assert!(
+                policies
+                    .iter()
+                    .all(|policy| !matches(&policy["spec"]["rules"], &target)
+                        || leaves_out(policy, &namespace)),
+                "{name}: deploy/admission-policy.yaml sends it now: take it off LEFT_OUT_BY_DEPLOY"
+            );
+            continue;
+        }
+        if !policies.iter().any(|policy| {
+            matches(&policy["spec"]["rules"], &target) && !leaves_out(policy, &namespace)
+        }) {
+            missed.push(format!(
+                "{name}: {target:?} in namespace {namespace:?} not sent to the policy by deploy/admission-policy.yaml"
+            ));
         }
         checked.push(name);
     }
@@ -175,7 +224,7 @@ fn the_policy_servers_role_allows_every_host_call_the_policy_makes() {
 #[test]
 fn every_kind_the_policy_reads_is_a_context_aware_resource() {
     let metadata = read_yaml("metadata.yml");
-    let policy = read_yaml("deploy/admission-policy.yaml");
+    let policies = shipped_policies();
     let requests: Vec<Value> = [
         namespace_baseline_policy::LIST_BASELINES_REQUEST
             .as_bytes()
@@ -187,13 +236,15 @@ fn every_kind_the_policy_reads_is_a_context_aware_resource() {
     .iter()
     .map(|request| serde_json::from_slice(request).expect("JSON"))
     .collect();
-    for (file, resources) in [
-        ("metadata.yml", &metadata["contextAwareResources"]),
-        (
-            "deploy/admission-policy.yaml",
-            &policy["spec"]["contextAwareResources"],
-        ),
-    ] {
+    let listings = std::iter::once(("metadata.yml", &metadata["contextAwareResources"])).chain(
+        policies.iter().map(|policy| {
+            (
+                "deploy/admission-policy.yaml",
+                &policy["spec"]["contextAwareResources"],
+            )
+        }),
+    );
+    for (file, resources) in listings {
         let listed: Vec<(&Value, &Value)> = resources
             .as_array()
             .unwrap_or_else(|| panic!("{file}: contextAwareResources missing"))

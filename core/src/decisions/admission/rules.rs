@@ -13,7 +13,9 @@ use super::view::{
 };
 use crate::network::engine::canonical_eq;
 use crate::network::hole::{Direction, Hole, Width};
-use crate::vocabulary::identity::{BASELINE_LABEL, MANAGED_BY_LABEL, is_labelled_for};
+use crate::vocabulary::identity::{
+    BASELINE_LABEL, MANAGED_BY_LABEL, POD_GATE_LABEL, is_labelled_for,
+};
 use crate::vocabulary::json::Json;
 use crate::vocabulary::selector::is_system_namespace;
 
@@ -120,6 +122,11 @@ fn review_rules(
             (verdict, _) => verdict,
         }
     } else if request.is_namespace() {
+        if decider.pods_wait_for_wall
+            && let Some(denial) = review_pod_gate_label(new, old)
+        {
+            return denial;
+        }
         match (operation, new, old) {
             ("UPDATE", Some(new), Some(old)) => {
                 review_namespace_update(old, new, &decider.guards, live)
@@ -290,6 +297,30 @@ fn finalizers_removed_in_deletion(
         && names(before)
             .zip(names(after))
             .is_some_and(|(before, after)| after.iter().all(|name| before.contains(name)))
+}
+
+/// [`POD_GATE_LABEL`] keeps a namespace's pods away from the Pod rule's webhook: only an exempt
+/// identity (which never reaches the rules) may set, change or remove it, else a tenant could
+/// take its own namespace out of the gate, at its creation or later.
+fn review_pod_gate_label(
+    new: Option<&ObjectRef<'_>>,
+    old: Option<&ObjectRef<'_>>,
+) -> Option<Verdict> {
+    let label = |object: Option<&ObjectRef<'_>>| {
+        object.and_then(|object| {
+            object
+                .metadata
+                .labels
+                .get(POD_GATE_LABEL)
+                .map(|v| v.to_string())
+        })
+    };
+    let name = new.or(old).map_or("", |object| &*object.metadata.name);
+    (label(new) != label(old)).then(|| {
+        Verdict::Deny(format!(
+            "namespace {name:?}: the label {POD_GATE_LABEL} keeps a namespace's pods away from the pod gate (podsWaitForWall), so only the platform team's exempt identities may set, change or remove it"
+        ))
+    })
 }
 
 /// DELETE: a managed policy stays while its baseline exists. When the live baselines are

@@ -303,3 +303,39 @@ fn a_system_namespace_is_never_guarded(#[case] name: &str, #[case] denial: &str)
     );
     assert_verdict(&verdict, denial);
 }
+
+/// `hedronite.io/pod-gate` keeps a namespace's pods away from the Pod rule's webhook: with
+/// `podsWaitForWall`, only an exempt identity may set, change or remove it.
+#[rstest]
+#[case::added_at_creation("CREATE", "alice", json!({"hedronite.io/pod-gate": "exempt"}), Value::Null, "only the platform team's exempt identities")]
+#[case::added("UPDATE", "alice", json!({"hedronite.io/pod-gate": "exempt"}), json!({}), "only the platform team's exempt identities")]
+#[case::removed("UPDATE", "alice", json!({}), json!({"hedronite.io/pod-gate": "exempt"}), "may set, change or remove it")]
+#[case::changed("UPDATE", "alice", json!({"hedronite.io/pod-gate": "x"}), json!({"hedronite.io/pod-gate": "exempt"}), "hedronite.io/pod-gate")]
+#[case::kept("UPDATE", "alice", json!({"hedronite.io/pod-gate": "exempt", "team": "b"}), json!({"hedronite.io/pod-gate": "exempt"}), "")]
+#[case::by_an_exempt_identity("UPDATE", "breakglass-admin", json!({"hedronite.io/pod-gate": "exempt"}), json!({}), "")]
+fn only_an_exempt_identity_moves_a_namespace_out_of_the_pod_gate(
+    #[case] operation: &str,
+    #[case] user: &str,
+    #[case] after: Value,
+    #[case] before: Value,
+    #[case] denial: &str,
+) {
+    let old = if before.is_null() {
+        Value::Null
+    } else {
+        namespace("kube-flannel", before)
+    };
+    let settings = PolicySettings {
+        context_aware: true,
+        pods_wait_for_wall: true,
+        exempt_users: vec!["breakglass-admin".into()],
+        ..PolicySettings::default()
+    };
+    let request = request(operation, user, namespace("kube-flannel", after), old);
+    assert_verdict(
+        &review(&request, &settings.gate(), &live(&[tiers()])),
+        denial,
+    );
+    // Without the pod gate, the label means nothing and is not guarded.
+    assert_verdict(&review(&request, &gate(&[]), &live(&[tiers()])), "");
+}
