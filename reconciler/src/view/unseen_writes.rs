@@ -77,8 +77,9 @@ pub struct UnseenWrites {
     inner: Arc<Mutex<Memory>>,
 }
 
+/// What [`UnseenWrites`] holds, opaque outside this module (named by [`Watched`]).
 #[derive(Default)]
-pub(crate) struct Memory {
+pub struct Memory {
     /// By namespace and name.
     policies: HashMap<(String, String), PolicyMemory>,
     /// By baseline uid.
@@ -193,8 +194,9 @@ impl Memory {
     }
 }
 
-/// The objects whose watch events clear the memory: NetworkPolicies and NamespaceBaselines.
-pub(crate) trait Watched {
+/// The objects whose watch events clear the memory: NetworkPolicies, NamespaceBaselines and
+/// reports.
+pub trait Watched {
     /// The watch showed `self` (`deleted`: its deletion).
     fn shown(&self, memory: &mut Memory, deleted: bool);
 }
@@ -278,7 +280,7 @@ impl UnseenWrites {
     /// relist showed new, changed or gone), after the cache took it: `after` is shown, or
     /// `before` deleted. A relist shows no deletion event for what was deleted during its
     /// watch's gap: this is how such a deletion is seen.
-    pub(crate) fn changed<K: Watched>(&self, before: Option<&K>, after: Option<&K>) {
+    pub fn changed<K: Watched>(&self, before: Option<&K>, after: Option<&K>) {
         match (before, after) {
             (_, Some(after)) => after.shown(&mut self.memory(), false),
             (Some(before), None) => before.shown(&mut self.memory(), true),
