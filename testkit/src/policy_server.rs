@@ -14,6 +14,7 @@
 //! container's is: no `RUST_BACKTRACE` (with it, every host-call error a user reads would carry
 //! a stack trace), no proxy. Dropping it kills it; a panicking test prints the tail of its log.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
@@ -68,6 +69,12 @@ pub struct Spawn<'a> {
 
 pub struct PolicyServerProcess {
     child: Option<Child>,
+    /// The program, its arguments and kubeconfig: what [`Self::restart`] runs again.
+    binary: PathBuf,
+    args: Vec<OsString>,
+    kubeconfig: PathBuf,
+    /// How many times it was started (1, then one more per restart).
+    starts: u32,
     pub port: u16,
     pub readiness_port: u16,
     /// Its own directory.
@@ -148,37 +155,41 @@ impl PolicyServerProcess {
         // A ClientTrustConfig without `trustedRoot`: no Sigstore, and no download of it.
         let trust = dir.join("sigstore-trust-config.json");
         std::fs::write(&trust, "{}\n")?;
-        let log = dir.join("policy-server.log");
-        let mut command = Command::new(spawn.binary);
-        command
-            .env_clear()
-            .current_dir(&dir)
-            .args(["--addr", "127.0.0.1"])
-            .arg(format!("--port={port}"))
-            .arg(format!("--readiness-probe-port={readiness_port}"))
-            .arg("--cert-file")
-            .arg(&cert)
-            .arg("--key-file")
-            .arg(&key)
-            .arg("--policies")
-            .arg(&policies)
-            .arg("--policies-download-dir")
-            .arg(dir.join("downloads"))
-            .arg("--sigstore-cache-dir")
-            .arg(dir.join("sigstore"))
-            .arg("--sigstore-trust-config")
-            .arg(&trust)
-            .args([
-                "--always-accept-admission-reviews-on-namespace",
-                CONTROLLER_NAMESPACE,
-            ])
-            .args(["--log-fmt", "json", "--log-level", spawn.log_level.flag()]);
+        let mut args: Vec<OsString> = vec![
+            "--addr".into(),
+            "127.0.0.1".into(),
+            format!("--port={port}").into(),
+            format!("--readiness-probe-port={readiness_port}").into(),
+            "--cert-file".into(),
+            cert.into(),
+            "--key-file".into(),
+            key.into(),
+            "--policies".into(),
+            policies.into(),
+            "--policies-download-dir".into(),
+            dir.join("downloads").into(),
+            "--sigstore-cache-dir".into(),
+            dir.join("sigstore").into(),
+            "--sigstore-trust-config".into(),
+            trust.into(),
+            "--always-accept-admission-reviews-on-namespace".into(),
+            CONTROLLER_NAMESPACE.into(),
+            "--log-fmt".into(),
+            "json".into(),
+            "--log-level".into(),
+            spawn.log_level.flag().into(),
+        ];
         if let Some(workers) = spawn.workers {
-            command.arg(format!("--workers={workers}"));
+            args.push(format!("--workers={workers}").into());
         }
-        let child = spawn_logged(&mut command, spawn.kubeconfig, &log)?;
+        let log = dir.join("policy-server.log");
+        let child = start(spawn.binary, &args, &dir, spawn.kubeconfig, &log)?;
         Ok(Self {
             child: Some(child),
+            binary: spawn.binary.to_owned(),
+            args,
+            kubeconfig: spawn.kubeconfig.to_owned(),
+            starts: 1,
             port,
             readiness_port,
             dir,
@@ -230,6 +241,25 @@ impl PolicyServerProcess {
         log_tail(&self.log, lines)
     }
 
+    /// Kills it (if it still runs) and starts it again as it was first started: the same
+    /// ports, certificate and policies, so the webhook configurations pointing at it stay as
+    /// they are, as a policy-server replica comes back behind its Service with its Secret's
+    /// certificate. Its log goes to a new file (`policy-server.<n>.log`), which
+    /// [`Self::log`] reads from then on. Without waiting (see [`Self::wait_ready`]).
+    pub fn restart(&mut self) -> Result<()> {
+        self.kill();
+        self.starts += 1;
+        self.log = self.dir.join(format!("policy-server.{}.log", self.starts));
+        self.child = Some(start(
+            &self.binary,
+            &self.args,
+            &self.dir,
+            &self.kubeconfig,
+            &self.log,
+        )?);
+        Ok(())
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             // Already exited is fine: either way it is gone.
@@ -237,6 +267,20 @@ impl PolicyServerProcess {
             child.wait().ok();
         }
     }
+}
+
+/// Starts `binary` with `args` in `dir`, its environment emptied (as a container's is), its
+/// output to `log`.
+fn start(
+    binary: &Path,
+    args: &[OsString],
+    dir: &Path,
+    kubeconfig: &Path,
+    log: &Path,
+) -> Result<Child> {
+    let mut command = Command::new(binary);
+    command.env_clear().current_dir(dir).args(args);
+    spawn_logged(&mut command, kubeconfig, log)
 }
 
 impl Drop for PolicyServerProcess {

@@ -209,11 +209,22 @@ impl Cluster {
         options: ChainOptions,
         checks: impl AsyncFnOnce(&AdmissionChain) -> T,
     ) -> std::thread::Result<T> {
-        let chain = self
+        self.with_mutable_admission_chain(options, async |chain| checks(chain).await)
+            .await
+    }
+
+    /// [`Self::with_admission_chain_options`] for checks that stop and restart the
+    /// policy-server ([`AdmissionChain::restart_policy_server`]).
+    pub async fn with_mutable_admission_chain<T>(
+        &self,
+        options: ChainOptions,
+        checks: impl AsyncFnOnce(&mut AdmissionChain) -> T,
+    ) -> std::thread::Result<T> {
+        let mut chain = self
             .start_admission_chain_with(options)
             .await
             .expect("policy-server in the admission chain");
-        let checked = AssertUnwindSafe(checks(&chain)).catch_unwind().await;
+        let checked = AssertUnwindSafe(checks(&mut chain)).catch_unwind().await;
         if checked.is_err() {
             eprintln!("policy-server:\n{}", chain.policy_server.log_tail(60));
         }
@@ -380,6 +391,14 @@ impl AdmissionChain {
             kubewarden::remove(&self.admin, &policy.unique_name()).await?;
         }
         Ok(())
+    }
+
+    /// Starts the policy-server again after it was stopped (`policy_server.kill()`: an
+    /// outage), on the same address and certificate: the webhook configurations are left as
+    /// they are. Returns how long it took to be ready.
+    pub async fn restart_policy_server(&mut self) -> Result<Duration> {
+        self.policy_server.restart()?;
+        self.policy_server.wait_ready(Duration::from_secs(60)).await
     }
 
     /// Removes the configurations and stops policy-server.

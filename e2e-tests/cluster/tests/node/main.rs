@@ -23,6 +23,7 @@ mod n5_delete;
 mod n6_holes;
 mod n7_enforced;
 mod n8_pod_gate;
+mod n9_outage;
 mod pods;
 mod prometheus;
 
