@@ -13,8 +13,9 @@
 # the chart test (n4) installs the Helm chart with the reconciler image built by `make image`
 # (its archive imported into containerd), and fails loudly when there is no such target.
 #
-# The admission chain test (n8) runs the annotated module in Kubewarden's policy-server 1.35 (as
-# the cluster tests do), and netprobe inside its pods: a static (musl) build, mounted read-only.
+# The admission chain tests (n8, n9) run the annotated module in Kubewarden's policy-server 1.35
+# (as the cluster tests do); n8 runs netprobe inside its pods (a static (musl) build, mounted
+# read-only), n9 kills the policy-server and starts it again (the outage of issue 36).
 #
 # Environment: CARGO, CARGO_TARGET_DIR, NSB_RECONCILER_LOG, NSB_DRIFT_REPEATS (default 25),
 # POLICY_SERVER, KWCTL and ANNOTATED_WASM (session.sh), NSB_N8_ROUNDS (default 30).
