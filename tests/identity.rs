@@ -77,8 +77,7 @@ fn the_admission_policy_exempts_the_core_identity() {
             settings["reconcilerUsername"].as_str(),
             Some(reconciler_username().as_str())
         );
-        let settings: Settings =
-            serde_json::from_value(settings.clone()).expect("valid settings");
+        let settings: Settings = serde_json::from_value(settings.clone()).expect("valid settings");
         assert_eq!(settings.validate(), Ok(()));
     }
 }

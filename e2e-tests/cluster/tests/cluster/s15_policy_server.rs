@@ -281,6 +281,34 @@ async fn forbidden_get(cluster: &Cluster, baseline: &str, walled: &str, chain: &
         .filter(|call| call.request.contains(&dns_policy_name(baseline)))
         .count();
     assert_eq!(forbidden_dns, 0);
+
+    // The grant back: a failed read was not cached, the next pod is judged afresh.
+    cluster.install_policy_server_identity(None).await.unwrap();
+    let granted = Instant::now();
+    let attempt = Cell::new(0);
+    let (_, admitted) = wait_until(
+        "a Pod CREATE admitted once the grant is back",
+        Duration::from_secs(10),
+        || {
+            attempt.set(attempt.get() + 1);
+            let name = format!("get-granted-{}", attempt.get());
+            async move {
+                Ok(dry_run_pod_create(&cluster.admin, walled, &name)
+                    .await?
+                    .ok())
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|error| panic!("{error:#}"));
+    figure(
+        "s15",
+        format!(
+            "with the get grant back, the next Pod CREATE admitted after {admitted:.2?} ({} attempt(s), {:.2?} since the grant)",
+            attempt.get(),
+            granted.elapsed()
+        ),
+    );
 }
 
 async fn forbidden_list(cluster: &Cluster, outside: &str, chain: &AdmissionChain) {
