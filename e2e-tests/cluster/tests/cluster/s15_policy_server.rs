@@ -283,30 +283,12 @@ async fn forbidden_get(cluster: &Cluster, baseline: &str, walled: &str, chain: &
     assert_eq!(forbidden_dns, 0);
 
     // The grant back: a failed read was not cached, the next pod is judged afresh.
-    cluster.install_policy_server_identity(None).await.unwrap();
-    let granted = Instant::now();
-    let attempt = Cell::new(0);
-    let (_, admitted) = wait_until(
-        "a Pod CREATE admitted once the grant is back",
-        Duration::from_secs(10),
-        || {
-            attempt.set(attempt.get() + 1);
-            let name = format!("get-granted-{}", attempt.get());
-            async move {
-                Ok(dry_run_pod_create(&cluster.admin, walled, &name)
-                    .await?
-                    .ok())
-            }
-        },
-    )
-    .await
-    .unwrap_or_else(|error| panic!("{error:#}"));
+    let back = grant_back(cluster, walled, "get", Duration::from_secs(10)).await;
     figure(
         "s15",
         format!(
-            "with the get grant back, the next Pod CREATE admitted after {admitted:.2?} ({} attempt(s), {:.2?} since the grant)",
-            attempt.get(),
-            granted.elapsed()
+            "with the get grant back, the next Pod CREATE admitted after {:.2?} ({} attempt(s), {:.2?} since the grant)",
+            back.admitted_after, back.attempts, back.since_grant
         ),
     );
 }
@@ -415,17 +397,37 @@ async fn forbidden_list(cluster: &Cluster, outside: &str, chain: &AdmissionChain
 
     // The grant back: the stuck watches sync on their next retry, and Pod CREATEs are judged
     // again without a restart.
+    let back = grant_back(cluster, outside, "list", Duration::from_secs(60)).await;
+    figure(
+        "s15",
+        format!(
+            "with the list grant back, Pod CREATEs admitted again after {:.2?} (no restart; {:.2?} since the grant)",
+            back.admitted_after, back.since_grant
+        ),
+    );
+}
+
+/// How soon Pod CREATEs were admitted once the policy-server's grants were whole again.
+struct GrantBack {
+    admitted_after: Duration,
+    attempts: usize,
+    since_grant: Duration,
+}
+
+/// Applies `deploy/policy-server-rbac.yaml` whole again and dry-runs Pod CREATEs in
+/// `namespace` until one is admitted (within `limit`): no policy-server restart.
+async fn grant_back(cluster: &Cluster, namespace: &str, grant: &str, limit: Duration) -> GrantBack {
     cluster.install_policy_server_identity(None).await.unwrap();
-    let restored = Instant::now();
+    let granted = Instant::now();
     let attempt = Cell::new(0);
-    let (_, recovered) = wait_until(
-        "Pod CREATEs judged again once the grant is back",
-        Duration::from_secs(60),
+    let (_, admitted_after) = wait_until(
+        &format!("a Pod CREATE admitted once the {grant} grant is back"),
+        limit,
         || {
             attempt.set(attempt.get() + 1);
-            let name = format!("grant-back-{}", attempt.get());
+            let name = format!("{grant}-granted-{}", attempt.get());
             async move {
-                Ok(dry_run_pod_create(&cluster.admin, outside, &name)
+                Ok(dry_run_pod_create(&cluster.admin, namespace, &name)
                     .await?
                     .ok())
             }
@@ -433,11 +435,9 @@ async fn forbidden_list(cluster: &Cluster, outside: &str, chain: &AdmissionChain
     )
     .await
     .unwrap_or_else(|error| panic!("{error:#}"));
-    figure(
-        "s15",
-        format!(
-            "with the list grant back, Pod CREATEs admitted again after {recovered:.2?} (no restart; {:.2?} since the grant)",
-            restored.elapsed()
-        ),
-    );
+    GrantBack {
+        admitted_after,
+        attempts: attempt.get(),
+        since_grant: granted.elapsed(),
+    }
 }
