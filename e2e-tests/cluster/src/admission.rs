@@ -51,6 +51,10 @@ pub struct ChainOptions {
     /// A grant of `deploy/policy-server-rbac.yaml` its ServiceAccount goes without (API
     /// group, resource), to see what a user meets then.
     pub without_grant: Option<(&'static str, &'static str)>,
+    /// A label key the Pod rule's namespaceSelector also requires to exist: the chart's
+    /// `admissionPolicy.pods.scope: [{key: KEY, operator: Exists}]`, set to the label the
+    /// baselines select by.
+    pub pod_scope: Option<&'static str>,
 }
 
 impl Default for ChainOptions {
@@ -59,6 +63,7 @@ impl Default for ChainOptions {
             log_level: LogLevel::Debug,
             workers: None,
             without_grant: None,
+            pod_scope: None,
         }
     }
 }
@@ -133,7 +138,17 @@ impl Cluster {
         let binary = PolicyServerProcess::binary_from_env()?;
         let module = PolicyServerProcess::module_from_env()?;
         let version = PolicyServerProcess::version(&binary)?;
-        let policies = shipped_policies()?;
+        let mut policies = shipped_policies()?;
+        if let Some(key) = options.pod_scope {
+            let pods = policies
+                .iter_mut()
+                .find(|policy| policy.matches("", "pods"))
+                .context("no shipped ClusterAdmissionPolicy judges pods")?;
+            pods.spec["namespaceSelector"]["matchExpressions"]
+                .as_array_mut()
+                .context("the Pod rule's policy has no namespaceSelector.matchExpressions")?
+                .push(json!({"key": key, "operator": "Exists"}));
+        }
         let declared = kubewarden::metadata_rules(&repo_root().join("metadata.yml"))?;
         for policy in &policies {
             kubewarden::check_rules_declared(policy, &declared)?;

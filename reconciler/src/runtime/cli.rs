@@ -76,6 +76,12 @@ pub struct PlanOptions {
     #[arg(long)]
     pub cluster: bool,
 
+    /// The Kubewarden ClusterAdmissionPolicy of the Pod rule (podsWaitForWall), read from
+    /// --manifests or the cluster: the guarded namespaces its namespaceSelector leaves out
+    /// are named, since their pods are admitted before their wall exists.
+    #[arg(long, value_name = "NAME", default_value = "namespace-baseline-pods")]
+    pub pod_policy: String,
+
     /// Output format: text for people, json for machines.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,

@@ -231,6 +231,7 @@ async fn s15_forbidden_reads_as_a_user_meets_them() {
         log_level: LogLevel::Debug,
         workers: Some(2),
         without_grant: Some(("hedronite.io", "namespacebaselines")),
+        ..ChainOptions::default()
     };
     cluster
         .with_admission_chain_options(options, async |chain| {

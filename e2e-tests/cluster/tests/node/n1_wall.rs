@@ -25,6 +25,16 @@ async fn n1_wall_blocks_tcp_and_udp_both_ways() {
         let tcp_control = control_from.tcp(node, &control_to.server()).unwrap();
         let udp = from.udp(node, &to.server()).unwrap();
         let udp_control = control_from.udp(node, &control_to.server()).unwrap();
+        if !tcp.blocked() || !udp.blocked() {
+            // Said before the assertion fails: a second look, and the firewall's state then.
+            let again = (from.tcp(node, &to.server()), from.udp(node, &to.server()));
+            eprintln!(
+                "!! {what} got through (TCP {tcp}, UDP {udp}); probed again: TCP {:?}, UDP {:?}\n{}",
+                again.0.map(|p| p.to_string()),
+                again.1.map(|p| p.to_string()),
+                node.firewall_state(&from.ip, &to.ip)
+            );
+        }
         assert_passed(&format!("TCP {control_what}"), &tcp_control);
         assert_passed(&format!("UDP {control_what}"), &udp_control);
         assert_blocked(&format!("TCP {what}"), &tcp);

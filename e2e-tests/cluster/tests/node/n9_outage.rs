@@ -12,7 +12,9 @@
 //! 1. a kube-system Deployment's pod is created and Running; a kube-system DaemonSet's pod is
 //!    deleted, re-created by its controller and Running;
 //! 2. a Deployment in a namespace labelled `hedronite.io/pod-gate=exempt` runs; a pod in an
-//!    unguarded, unlabelled namespace is refused (the design's documented trade-off);
+//!    unguarded, unlabelled namespace is refused with the shipped selector (the default's
+//!    price, docs/design.md), and runs when the Pod rule is scoped to the baselines' label
+//!    (`admissionPolicy.pods.scope`: the second test);
 //! 3. a pod in a guarded namespace whose wall exists is refused too;
 //! 4. a new namespace cannot be created at all (Namespace CREATE fails closed); a namespace
 //!    that a baseline created during the outage newly guards gets no wall (the reconciler's
@@ -21,7 +23,9 @@
 //!    refused Deployment reaches its replica (time from ready to Running, and how many of its
 //!    controller's attempts were refused), the new wall exists.
 //!
-//! Each refusal's message and each step's time are FIGURE lines.
+//! Each refusal's message and each step's time are FIGURE lines. The two tests run the same
+//! outage: `n9_..._outage` with the chain exactly as deploy/ ships it, `n9_scoped_...` with
+//! the Pod rule's namespaceSelector also requiring the label the baselines select by.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -36,7 +40,8 @@ use namespace_baseline_cluster_tests::admission::{
     AdmissionChain, ChainOptions, dry_run_pod_create,
 };
 use namespace_baseline_cluster_tests::{
-    AuditEvent, AuditMark, Cluster, Scenario, TEST_MANAGER, reconciler_username, wait_until,
+    AuditEvent, AuditMark, Cluster, SCENARIO_LABEL, Scenario, TEST_MANAGER, reconciler_username,
+    wait_until,
 };
 use namespace_baseline_core::identity::POD_GATE_LABEL;
 use serde_json::{Value, json};
@@ -75,11 +80,22 @@ struct Bed<'a> {
     /// In kube-system.
     system_deployment: String,
     daemon_set: String,
+    /// The label key the Pod rule's namespaceSelector also requires (`None`: as shipped).
+    pod_scope: Option<&'static str>,
 }
 
 #[tokio::test]
 async fn n9_the_cluster_outlives_a_policy_server_outage() {
-    let (cluster, names, _) = common::start("n9").await;
+    outlives_an_outage("n9", None).await;
+}
+
+#[tokio::test]
+async fn n9_scoped_unguarded_pods_never_wait_on_the_policy_server() {
+    outlives_an_outage("n9s", Some(SCENARIO_LABEL)).await;
+}
+
+async fn outlives_an_outage(scenario: &str, pod_scope: Option<&'static str>) {
+    let (cluster, names, _) = common::start(scenario).await;
     let node = Node::from_env();
     let bed = Bed {
         cluster: &cluster,
@@ -92,6 +108,7 @@ async fn n9_the_cluster_outlives_a_policy_server_outage() {
         late_baseline: format!("{}-late", names.name),
         system_deployment: format!("{}-system", names.name),
         daemon_set: format!("{}-daemon", names.name),
+        pod_scope,
     };
     // The label that takes a namespace out of the gate may be set only by an exempt identity,
     // and the shipped settings exempt nobody (the test's admin is in system:masters, which is
@@ -120,7 +137,7 @@ async fn n9_the_cluster_outlives_a_policy_server_outage() {
         wait_default_service_account(&cluster.admin, namespace).await;
     }
     let _reconciler = cluster
-        .start_reconciler("n9", common::SINGLE)
+        .start_reconciler(scenario, common::SINGLE)
         .await
         .expect("starting the reconciler");
     common::create_baseline(&cluster, &names.name, common::spec(&names)).await;
@@ -147,10 +164,16 @@ async fn n9_the_cluster_outlives_a_policy_server_outage() {
     eprintln!("n9: the DaemonSet's pod {daemon_pod} Running after {took:.1?}");
 
     let outcome = cluster
-        .with_mutable_admission_chain(ChainOptions::default(), async |chain| {
-            before_the_outage(&bed, chain).await;
-            outage(&bed, chain, &daemon_pod).await;
-        })
+        .with_mutable_admission_chain(
+            ChainOptions {
+                pod_scope,
+                ..ChainOptions::default()
+            },
+            async |chain| {
+                before_the_outage(&bed, chain).await;
+                outage(&bed, chain, &daemon_pod).await;
+            },
+        )
         .await;
     for (kind, deleted) in [
         (
@@ -188,7 +211,7 @@ async fn before_the_outage(bed: &Bed<'_>, chain: &AdmissionChain) {
     for (namespace, judged) in [
         ("kube-system", false),
         (bed.exempt.as_str(), false),
-        (bed.open.as_str(), true),
+        (bed.open.as_str(), bed.pod_scope.is_none()),
         (bed.walled.as_str(), true),
     ] {
         let took = chain
@@ -287,10 +310,22 @@ async fn outage(bed: &Bed<'_>, chain: &mut AdmissionChain, daemon_pod: &str) {
         "step 2: Deployment in {POD_GATE_LABEL}=exempt namespace: its pod {pod} Running {:.1} s after the create",
         took.as_secs_f64()
     ));
-    let refused = refused_pod_create(admin, chain, &bed.open).await;
-    at(&format!(
-        "step 2: pod in the unguarded, unlabelled namespace refused (the documented trade-off): {refused}"
-    ));
+    if let Some(key) = bed.pod_scope {
+        bed.cluster
+            .apply(&app(bed, &bed.open))
+            .await
+            .expect("creating the unguarded namespace's Deployment");
+        let (pod, took) = wait_pod_running(admin, &bed.open, "app", None, Instant::now()).await;
+        at(&format!(
+            "step 2: Deployment in the unguarded namespace (no {key} label: outside the Pod rule's scope): its pod {pod} Running {:.1} s after the create",
+            took.as_secs_f64()
+        ));
+    } else {
+        let refused = refused_pod_create(admin, chain, &bed.open).await;
+        at(&format!(
+            "step 2: pod in the unguarded, unlabelled namespace refused (the shipped selector's price): {refused}"
+        ));
+    }
 
     // 3. A guarded namespace whose wall exists: it reaches the dead server too.
     let refused = refused_pod_create(admin, chain, &bed.walled).await;
@@ -342,14 +377,18 @@ async fn outage(bed: &Bed<'_>, chain: &mut AdmissionChain, daemon_pod: &str) {
 
     // The refused namespaces' Deployments, last, so that their controllers' backoff grows
     // over the end of the outage only (a longer outage: a longer first retry after it).
-    let refused_apps = [&bed.open, &bed.walled, &bed.late];
-    for namespace in refused_apps {
+    let refused_apps: Vec<&String> = if bed.pod_scope.is_some() {
+        vec![&bed.walled, &bed.late]
+    } else {
+        vec![&bed.open, &bed.walled, &bed.late]
+    };
+    for &namespace in &refused_apps {
         bed.cluster
             .apply(&app(bed, namespace))
             .await
             .unwrap_or_else(|error| panic!("creating the Deployment of {namespace}: {error:#}"));
     }
-    for namespace in refused_apps {
+    for &namespace in &refused_apps {
         let message = wait_failed_create(admin, namespace).await;
         assert!(
             message.contains(UNREACHABLE)
@@ -358,7 +397,13 @@ async fn outage(bed: &Bed<'_>, chain: &mut AdmissionChain, daemon_pod: &str) {
         );
         at(&format!(
             "step {}: ReplicaSet of {namespace} FailedCreate: {message}",
-            if *namespace == bed.late { 4 } else { 2 }
+            if *namespace == bed.late {
+                4
+            } else if *namespace == bed.walled {
+                3
+            } else {
+                2
+            }
         ));
     }
     // An outage of some seconds, not a blink: each ReplicaSet's backoff grows with every

@@ -34,6 +34,41 @@ fn env(name: &str) -> String {
 }
 
 impl Node {
+    /// What the node's firewall holds for traffic between `a` and `b`: their conntrack
+    /// entries and the filter rules that name either address. Printed when a probe the wall
+    /// should have blocked got through, so that a failure says whether kube-router's rules
+    /// were missing or a tracked flow let the packet by.
+    pub fn firewall_state(&self, a: &str, b: &str) -> String {
+        let run = |argv: &[&str]| -> String {
+            match Command::new("nsenter")
+                .arg(format!("--net=/proc/{}/ns/net", self.holder))
+                .arg("--")
+                .args(argv)
+                .output()
+            {
+                Ok(output) => format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                ),
+                Err(error) => format!("cannot run {argv:?}: {error}\n"),
+            }
+        };
+        let conntrack: String = run(&["conntrack", "-L"])
+            .lines()
+            .filter(|line| line.contains(a) && line.contains(b))
+            .map(|line| format!("  {line}\n"))
+            .collect();
+        let rules: String = run(&["iptables-save", "-t", "filter"])
+            .lines()
+            .filter(|line| line.contains(a) || line.contains(b))
+            .map(|line| format!("  {line}\n"))
+            .collect();
+        format!(
+            "conntrack entries between {a} and {b}:\n{conntrack}filter rules naming either:\n{rules}"
+        )
+    }
+
     /// Panics when the node's settings are missing: no node must never look like a pass.
     pub fn from_env() -> Self {
         Self {

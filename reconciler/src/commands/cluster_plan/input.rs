@@ -38,8 +38,64 @@ pub struct PlanInput {
     pub policies: Vec<Arc<NetworkPolicy>>,
     /// Services, EndpointSlices and Pods, for the DNS door check (none: not checked).
     pub dns: Vec<DnsObject>,
+    /// The Pod rule's ClusterAdmissionPolicy (`--pod-policy`), when it was read: which
+    /// namespaces' pods reach the gate at all.
+    pub pod_policy: Option<PodPolicy>,
     /// What was read but ignored, and why.
     pub notes: Vec<String>,
+}
+
+/// The ClusterAdmissionPolicy of the Pod rule (`podsWaitForWall`): the API server sends a Pod
+/// CREATE to the policy-server only when its `namespaceSelector` matches the pod's namespace,
+/// so a guarded namespace it leaves out has its pods admitted before their wall exists.
+#[derive(Debug)]
+pub struct PodPolicy {
+    pub name: String,
+    /// "FILE: document N", or "cluster".
+    pub origin: String,
+    /// Its `spec.namespaceSelector`; `None`: it has none, so it matches every namespace.
+    pub selector: Option<LabelSelector>,
+}
+
+/// The API group and version of Kubewarden's ClusterAdmissionPolicy.
+const KUBEWARDEN_POLICIES: &str = "policies.kubewarden.io/v1";
+
+impl PodPolicy {
+    /// Reads the policy `name` from its JSON (a manifest's document or the cluster's answer).
+    fn read(name: &str, origin: &str, value: &Value) -> Result<Self, PlanInputError> {
+        let invalid = |what: String| PlanInputError::Invalid {
+            origin: origin.to_owned(),
+            what: format!("ClusterAdmissionPolicy {name}: {what}"),
+        };
+        let selector = match value.pointer("/spec/namespaceSelector") {
+            None | Some(Value::Null) => None,
+            Some(selector) => {
+                let kubernetes =
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector::deserialize(
+                        selector,
+                    )
+                    .map_err(|error| invalid(format!("spec.namespaceSelector: {error}")))?;
+                Some(
+                    LabelSelector::from_kubernetes(&kubernetes)
+                        .map_err(|error| invalid(format!("spec.namespaceSelector: {error}")))?,
+                )
+            }
+        };
+        Ok(Self {
+            name: name.to_owned(),
+            origin: origin.to_owned(),
+            selector,
+        })
+    }
+
+    /// `None` when its selector matches `namespace` (its pods reach the gate); else the
+    /// requirement the namespace does not meet ("hedronite.io/pod-gate DoesNotExist").
+    pub fn leaves_out(&self, namespace: &NamespaceMeta) -> Option<String> {
+        let selector = self.selector.as_ref()?;
+        selector
+            .first_unmet(|key| namespace.labels().get(key).map(String::as_str))
+            .map(ToString::to_string)
+    }
 }
 
 impl PlanInput {
@@ -77,6 +133,9 @@ enum Object {
     Baseline(Box<NamespaceBaseline>),
     /// A Service, an EndpointSlice or a Pod: what the DNS door is checked against.
     Dns(DnsObject),
+    /// A Kubewarden ClusterAdmissionPolicy, by name: the Pod rule's when it is the one
+    /// `--pod-policy` names.
+    AdmissionPolicy(String),
     /// Not one `plan` reads: the note says what and why.
     Ignored(String),
 }
@@ -100,6 +159,17 @@ pub fn from_manifests(options: &PlanOptions) -> Result<PlanInput, PlanInputError
                     "{}: NamespaceBaseline {} ignored: --baseline gives the baselines",
                     document.origin,
                     baseline.name_any()
+                )),
+                Object::AdmissionPolicy(name) if name == options.pod_policy => {
+                    collected.pod_policy(PodPolicy::read(
+                        &name,
+                        &document.origin,
+                        &document.value,
+                    )?)?;
+                }
+                Object::AdmissionPolicy(name) => collected.notes.push(format!(
+                    "{}: ClusterAdmissionPolicy {name} ignored: plan checks only the Pod rule's, --pod-policy {}",
+                    document.origin, options.pod_policy
                 )),
                 Object::Ignored(note) => collected.notes.push(note),
             }
@@ -200,7 +270,30 @@ pub async fn from_cluster(options: &PlanOptions) -> Result<PlanInput> {
             collected.dns.push(DnsObject::Pod(Box::new(pod)));
         }
     }
+    collected.pod_policy = read_pod_policy(client, &options.pod_policy).await;
+    if collected.pod_policy.is_none() {
+        collected.notes.push(format!(
+            "no ClusterAdmissionPolicy {} read from the cluster (Kubewarden not installed, the policy named otherwise: --pod-policy, or no read access): whether the Pod rule sees every guarded namespace is not checked",
+            options.pod_policy
+        ));
+    }
     Ok(collected.into_input(Source::Cluster))
+}
+
+/// The Pod rule's ClusterAdmissionPolicy from the cluster (one GET); `None` when it cannot be
+/// read, for whatever reason: Kubewarden is optional, and `plan` notes what it did not check.
+async fn read_pod_policy(client: kube::Client, name: &str) -> Option<PodPolicy> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let (group, version) = KUBEWARDEN_POLICIES.split_once('/')?;
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        group,
+        version,
+        "ClusterAdmissionPolicy",
+    ));
+    let api = Api::<DynamicObject>::all_with(client, &resource);
+    let object = api.get(name).await.ok()?;
+    let value = serde_json::to_value(&object).ok()?;
+    PodPolicy::read(name, "cluster", &value).ok()
 }
 
 /// Every object of a LIST, page by page.
@@ -233,6 +326,7 @@ struct Collected {
     namespaces: BTreeMap<String, (String, NamespaceMeta)>,
     policies: BTreeMap<(String, String), (String, NetworkPolicy)>,
     dns: Vec<DnsObject>,
+    pod_policy: Option<PodPolicy>,
     notes: Vec<String>,
 }
 
@@ -243,7 +337,7 @@ impl Collected {
             for document in read_manifests(path)? {
                 match classify(&document)? {
                     Object::Baseline(baseline) => self.baseline(&document.origin, *baseline)?,
-                    Object::Namespace(_) | Object::Policy(_) | Object::Dns(_) => self.notes.push(format!(
+                    Object::Namespace(_) | Object::Policy(_) | Object::Dns(_) | Object::AdmissionPolicy(_) => self.notes.push(format!(
                         "{}: ignored: --baseline reads only NamespaceBaselines (give Namespaces and NetworkPolicies with --manifests)",
                         document.origin
                     )),
@@ -332,6 +426,19 @@ impl Collected {
         Ok(())
     }
 
+    fn pod_policy(&mut self, policy: PodPolicy) -> Result<(), PlanInputError> {
+        if let Some(first) = &self.pod_policy {
+            return Err(PlanInputError::Duplicate {
+                kind: "ClusterAdmissionPolicy",
+                name: policy.name,
+                first: first.origin.clone(),
+                second: policy.origin,
+            });
+        }
+        self.pod_policy = Some(policy);
+        Ok(())
+    }
+
     fn into_input(self, source: Source) -> PlanInput {
         PlanInput {
             source,
@@ -347,6 +454,7 @@ impl Collected {
                 .map(|(_, policy)| Arc::new(policy))
                 .collect(),
             dns: self.dns,
+            pod_policy: self.pod_policy,
             notes: self.notes,
         }
     }
@@ -489,10 +597,11 @@ fn classify(document: &Document) -> Result<Object, PlanInputError> {
         "Namespace" | "Service" | "Pod" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
         "NetworkPolicy" => "networking.k8s.io/v1",
+        "ClusterAdmissionPolicy" => KUBEWARDEN_POLICIES,
         KIND => baseline_version.as_str(),
         other => {
             return Ok(Object::Ignored(format!(
-                "{}: {other} ignored: plan reads Namespaces, NetworkPolicies, NamespaceBaselines, and Services, EndpointSlices and Pods for the DNS check",
+                "{}: {other} ignored: plan reads Namespaces, NetworkPolicies, NamespaceBaselines, Services, EndpointSlices and Pods for the DNS check, and the Pod rule's ClusterAdmissionPolicy",
                 document.origin
             )));
         }
@@ -513,6 +622,7 @@ fn classify(document: &Document) -> Result<Object, PlanInputError> {
             what: format!("{kind} without metadata.name"),
         })?;
     Ok(match kind {
+        "ClusterAdmissionPolicy" => Object::AdmissionPolicy(name.to_owned()),
         "Namespace" => Object::Namespace(typed(document, "Namespace", name)?),
         "NetworkPolicy" => Object::Policy(typed(document, "NetworkPolicy", name)?),
         "Service" => Object::Dns(DnsObject::Service(Box::new(typed(

@@ -153,6 +153,20 @@ pub fn render_text(report: &Report) -> String {
         if let Some(line) = pods_wait_line(baseline) {
             out.push_str(&line);
         }
+        for item in baseline.pods_ungated.iter().take(TEXT_NAMESPACES) {
+            let _ = writeln!(
+                out,
+                "  ! ungated {}: the pod policy's namespaceSelector leaves it out ({}): its pods are admitted before its wall exists",
+                item.namespace, item.unmet
+            );
+        }
+        if baseline.pods_ungated.len() > TEXT_NAMESPACES {
+            let _ = writeln!(
+                out,
+                "  ! ungated and {} more",
+                baseline.pods_ungated.len() - TEXT_NAMESPACES
+            );
+        }
         for change in &baseline.drift {
             let verb = match change.action {
                 Action::Create => "missing",
@@ -219,6 +233,13 @@ pub fn render_text(report: &Report) -> String {
             summary.holes,
             if summary.holes == 1 { "" } else { "s" },
             summary.breaches
+        ));
+    }
+    if summary.ungated > 0 {
+        tail.push(format!(
+            "{} guarded namespace{} outside the pod gate",
+            summary.ungated,
+            if summary.ungated == 1 { "" } else { "s" }
         ));
     }
     if summary.invalid > 0 {
@@ -289,6 +310,7 @@ mod tests {
                 last_probe_time: Some("2026-12-04T21:43:47Z".into()),
             }),
             dns: None,
+            pods_ungated: Vec::new(),
         }
     }
 

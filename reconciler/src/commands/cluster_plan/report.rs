@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::base::error::Error;
 use crate::reconcile::probe::condition::ENFORCED;
 
-use crate::commands::cluster_plan::input::{DnsObject, PlanInput, Source};
+use crate::commands::cluster_plan::input::{DnsObject, PlanInput, PodPolicy, Source};
 
 /// Nothing would change.
 pub const EXIT_NO_CHANGES: u8 = 0;
@@ -50,6 +50,7 @@ pub fn plan(input: &PlanInput) -> Report {
             .filter(|item| item.hole.width.is_breach())
             .count();
         summary.drift += baseline.drift.len();
+        summary.ungated += baseline.pods_ungated.len();
         summary.invalid += usize::from(baseline.invalid.is_some());
     }
     Report {
@@ -87,6 +88,7 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, input: &PlanInput) -> Ba
         } else {
             None
         },
+        pods_ungated: Vec::new(),
     };
     match decide(Baseline::from(baseline), &input.namespaces, &input.policies) {
         Decision::CleanUp(mut writes) => {
@@ -132,6 +134,9 @@ fn describe(origin: &str, baseline: &NamespaceBaseline, input: &PlanInput) -> Ba
                     Mode::Enforce => report.changes.extend(items),
                     Mode::Audit => report.drift.extend(items),
                 }
+            }
+            if let (Mode::Enforce, Some(pod_policy)) = (spec.mode, &input.pod_policy) {
+                report.pods_ungated = ungated(&report.guarded, pod_policy, input);
             }
         }
     }
@@ -231,6 +236,8 @@ pub struct Summary {
     /// the whole cluster.
     pub holes: usize,
     pub breaches: usize,
+    /// Guarded namespaces (of `Enforce` baselines) whose pods never reach the pod gate.
+    pub ungated: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -268,6 +275,19 @@ pub struct BaselineReport {
     /// Whether the DNS door reaches the DNS Service's ready endpoints (`None`: no door, or
     /// no object read in the door's Service namespace).
     pub dns: Option<namespace_baseline_core::doors::Reachability>,
+    /// `Enforce`: the guarded namespaces the Pod rule's ClusterAdmissionPolicy leaves out of
+    /// its `namespaceSelector` (their pods are admitted before their wall exists), each with
+    /// the requirement it does not meet; empty when that policy was not read.
+    pub pods_ungated: Vec<UngatedItem>,
+}
+
+/// A guarded namespace whose pods never reach the pod gate, and why.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UngatedItem {
+    pub namespace: String,
+    /// The pod policy's requirement it does not meet, e.g. `hedronite.io/pod-gate DoesNotExist`.
+    pub unmet: String,
 }
 
 /// The DNS door of `spec` against the Services, EndpointSlices and Pods read; `None` when
@@ -306,6 +326,24 @@ pub struct EnforcedItem {
     pub message: String,
     /// When the last probe round ended (`status.lastProbeTime`), RFC 3339.
     pub last_probe_time: Option<String>,
+}
+
+/// The `guarded` namespaces whose pods `pod_policy`'s selector never sends to the gate.
+fn ungated(guarded: &[String], pod_policy: &PodPolicy, input: &PlanInput) -> Vec<UngatedItem> {
+    guarded
+        .iter()
+        .filter_map(|name| {
+            // `input.namespaces` is sorted by name.
+            let index = input
+                .namespaces
+                .binary_search_by(|meta| meta.name_any().as_str().cmp(name))
+                .ok()?;
+            Some(UngatedItem {
+                namespace: name.clone(),
+                unmet: pod_policy.leaves_out(&input.namespaces[index])?,
+            })
+        })
+        .collect()
 }
 
 /// The `Enforced` condition of `baseline`'s status, if it has one.

@@ -25,6 +25,7 @@ fn options(baselines: &[&str], manifests: Option<&str>) -> PlanOptions {
         baseline: baselines.iter().map(|path| fixture(path)).collect(),
         manifests: manifests.map(fixture),
         cluster: false,
+        pod_policy: "namespace-baseline-pods".to_owned(),
         output: OutputFormat::Json,
     }
 }
@@ -170,7 +171,7 @@ fn pending_changes_name_each_write_and_what_differs() {
     // Other kinds are ignored with a note naming the document; so is nothing else.
     assert_eq!(report.notes.len(), 1, "{:?}", report.notes);
     assert!(
-        report.notes[0].ends_with("more.yml: document 2: ConfigMap ignored: plan reads Namespaces, NetworkPolicies, NamespaceBaselines, and Services, EndpointSlices and Pods for the DNS check"),
+        report.notes[0].ends_with("more.yml: document 2: ConfigMap ignored: plan reads Namespaces, NetworkPolicies, NamespaceBaselines, Services, EndpointSlices and Pods for the DNS check, and the Pod rule's ClusterAdmissionPolicy"),
         "{:?}",
         report.notes
     );
@@ -261,7 +262,8 @@ fn json_has_the_documented_shape() {
     assert_eq!(
         keys(&json["summary"]),
         [
-            "breaches", "create", "delete", "drift", "holes", "invalid", "orphaned", "update"
+            "breaches", "create", "delete", "drift", "holes", "invalid", "orphaned", "ungated",
+            "update"
         ]
     );
     let strict = &json["baselines"][1];
@@ -284,6 +286,7 @@ fn json_has_the_documented_shape() {
             "namespaceLabel",
             "origin",
             "orphaned",
+            "podsUngated",
             "selector"
         ]
     );
@@ -505,5 +508,82 @@ ports: [{name: dns, protocol: UDP, port: 5353}]
     let dns = report.baselines[0].dns.as_ref().expect("checked");
     assert_eq!((dns.reachable, dns.reason), (false, "PortMismatch"));
     assert!(render_text(&report).contains("  ! dns      DNSReachable False (PortMismatch): the endpoints of kube-system/kube-dns listen on UDP 5353"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The Pod rule's ClusterAdmissionPolicy (`--pod-policy`) among the manifests: the guarded
+/// namespaces its namespaceSelector leaves out are named, with the requirement they miss;
+/// another ClusterAdmissionPolicy is noted and ignored; none read: nothing is claimed.
+#[test]
+fn the_plan_names_guarded_namespaces_the_pod_policy_leaves_out() {
+    let dir = std::env::temp_dir().join(format!("nsb-plan-pod-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let namespaces = r#"apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {baseline: guarded}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-b, labels: {baseline: guarded, hedronite.io/pod-gate: exempt}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: open}
+"#;
+    let pod_policy = r#"apiVersion: policies.kubewarden.io/v1
+kind: ClusterAdmissionPolicy
+metadata: {name: namespace-baseline-pods}
+spec:
+  namespaceSelector:
+    matchExpressions:
+      - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}
+      - {key: hedronite.io/pod-gate, operator: DoesNotExist}
+      - {key: baseline, operator: Exists}
+---
+apiVersion: policies.kubewarden.io/v1
+kind: ClusterAdmissionPolicy
+metadata: {name: namespace-baseline}
+spec: {}
+"#;
+    std::fs::write(dir.join("namespaces.yaml"), namespaces).unwrap();
+    let mut options = options(&["converged/baseline.yaml"], None);
+    options.manifests = Some(dir.clone());
+    let without = plan(&from_manifests(&options).unwrap());
+    assert!(without.baselines[0].pods_ungated.is_empty());
+    std::fs::write(dir.join("pod-policy.yaml"), pod_policy).unwrap();
+    let report = plan(&from_manifests(&options).unwrap());
+    let guarded = &report.baselines[0];
+    assert_eq!(guarded.guarded, vec!["team-a", "team-b"]);
+    let ungated: Vec<(&str, &str)> = guarded
+        .pods_ungated
+        .iter()
+        .map(|item| (item.namespace.as_str(), item.unmet.as_str()))
+        .collect();
+    assert_eq!(ungated, vec![("team-b", "!hedronite.io/pod-gate")]);
+    assert_eq!(report.summary.ungated, 1);
+    let text = render_text(&report);
+    assert!(
+        text.contains("  ! ungated team-b: the pod policy's namespaceSelector leaves it out (!hedronite.io/pod-gate)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 guarded namespace outside the pod gate"),
+        "{text}"
+    );
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|note| note.contains("ClusterAdmissionPolicy namespace-baseline ignored")),
+        "{:?}",
+        report.notes
+    );
+    // The same policy under another name is read only when --pod-policy names it.
+    options.pod_policy = "other".to_owned();
+    assert!(
+        plan(&from_manifests(&options).unwrap()).baselines[0]
+            .pods_ungated
+            .is_empty()
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
