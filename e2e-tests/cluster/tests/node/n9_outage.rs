@@ -300,22 +300,14 @@ async fn outage(bed: &Bed<'_>, chain: &mut AdmissionChain, daemon_pod: &str) {
         took.as_secs_f64()
     ));
 
-    // 2. The opted-out namespace runs; an unguarded one is refused (the trade-off).
-    bed.cluster
-        .apply(&app(bed, &bed.exempt))
-        .await
-        .expect("creating the exempt namespace's Deployment");
-    let (pod, took) = wait_pod_running(admin, &bed.exempt, "app", None, Instant::now()).await;
+    // 2. The opted-out namespace runs; an unguarded one is refused as shipped, runs scoped.
+    let (pod, took) = app_running(bed, &bed.exempt).await;
     at(&format!(
         "step 2: Deployment in {POD_GATE_LABEL}=exempt namespace: its pod {pod} Running {:.1} s after the create",
         took.as_secs_f64()
     ));
     if let Some(key) = bed.pod_scope {
-        bed.cluster
-            .apply(&app(bed, &bed.open))
-            .await
-            .expect("creating the unguarded namespace's Deployment");
-        let (pod, took) = wait_pod_running(admin, &bed.open, "app", None, Instant::now()).await;
+        let (pod, took) = app_running(bed, &bed.open).await;
         at(&format!(
             "step 2: Deployment in the unguarded namespace (no {key} label: outside the Pod rule's scope): its pod {pod} Running {:.1} s after the create",
             took.as_secs_f64()
@@ -523,6 +515,16 @@ async fn outage(bed: &Bed<'_>, chain: &mut AdmissionChain, daemon_pod: &str) {
     )
     .await
     .expect("the wall of the guarded namespace, after the outage");
+}
+
+/// Creates the `app` Deployment in `namespace` and waits for its pod to run: the pod's name
+/// and how long after the create.
+async fn app_running(bed: &Bed<'_>, namespace: &str) -> (String, Duration) {
+    bed.cluster
+        .apply(&app(bed, namespace))
+        .await
+        .unwrap_or_else(|error| panic!("creating the Deployment of {namespace}: {error:#}"));
+    wait_pod_running(&bed.cluster.admin, namespace, "app", None, Instant::now()).await
 }
 
 /// A dry-run Pod CREATE in `namespace`, which must be refused because the pods' webhook is

@@ -89,7 +89,7 @@ impl PodPolicy {
     }
 
     /// `None` when its selector matches `namespace` (its pods reach the gate); else the
-    /// requirement the namespace does not meet ("hedronite.io/pod-gate DoesNotExist").
+    /// requirement the namespace does not meet, as a selector says it (`!hedronite.io/pod-gate`).
     pub fn leaves_out(&self, namespace: &NamespaceMeta) -> Option<String> {
         let selector = self.selector.as_ref()?;
         selector
@@ -270,30 +270,29 @@ pub async fn from_cluster(options: &PlanOptions) -> Result<PlanInput> {
             collected.dns.push(DnsObject::Pod(Box::new(pod)));
         }
     }
-    collected.pod_policy = read_pod_policy(client, &options.pod_policy).await;
-    if collected.pod_policy.is_none() {
-        collected.notes.push(format!(
-            "no ClusterAdmissionPolicy {} read from the cluster (Kubewarden not installed, the policy named otherwise: --pod-policy, or no read access): whether the Pod rule sees every guarded namespace is not checked",
+    match read_pod_policy(client, &options.pod_policy).await {
+        Ok(policy) => collected.pod_policy = Some(policy),
+        Err(reason) => collected.notes.push(format!(
+            "no ClusterAdmissionPolicy {} read from the cluster ({reason}): whether the Pod rule sees every guarded namespace is not checked (is Kubewarden installed, the policy named otherwise (--pod-policy), or may this identity not get it?)",
             options.pod_policy
-        ));
+        )),
     }
     Ok(collected.into_input(Source::Cluster))
 }
 
-/// The Pod rule's ClusterAdmissionPolicy from the cluster (one GET); `None` when it cannot be
-/// read, for whatever reason: Kubewarden is optional, and `plan` notes what it did not check.
-async fn read_pod_policy(client: kube::Client, name: &str) -> Option<PodPolicy> {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-    let (group, version) = KUBEWARDEN_POLICIES.split_once('/')?;
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        group,
-        version,
-        "ClusterAdmissionPolicy",
-    ));
+/// The Pod rule's ClusterAdmissionPolicy from the cluster (one GET); why not, when it cannot
+/// be read or understood: Kubewarden is optional, so `plan` notes what it did not check
+/// instead of failing.
+async fn read_pod_policy(client: kube::Client, name: &str) -> Result<PodPolicy, String> {
+    use kube::api::{ApiResource, DynamicObject};
+    let group_version: kube::core::GroupVersion = KUBEWARDEN_POLICIES
+        .parse()
+        .map_err(|error: kube::core::gvk::ParseGroupVersionError| error.to_string())?;
+    let resource = ApiResource::from_gvk(&group_version.with_kind("ClusterAdmissionPolicy"));
     let api = Api::<DynamicObject>::all_with(client, &resource);
-    let object = api.get(name).await.ok()?;
-    let value = serde_json::to_value(&object).ok()?;
-    PodPolicy::read(name, "cluster", &value).ok()
+    let object = api.get(name).await.map_err(|error| error.to_string())?;
+    let value = serde_json::to_value(&object).map_err(|error| error.to_string())?;
+    PodPolicy::read(name, "cluster", &value).map_err(|error| error.to_string())
 }
 
 /// Every object of a LIST, page by page.

@@ -286,7 +286,8 @@ pub struct BaselineReport {
 #[serde(rename_all = "camelCase")]
 pub struct UngatedItem {
     pub namespace: String,
-    /// The pod policy's requirement it does not meet, e.g. `hedronite.io/pod-gate DoesNotExist`.
+    /// The pod policy's requirement it does not meet, as a selector says it, e.g.
+    /// `!hedronite.io/pod-gate` or `baseline`.
     pub unmet: String,
 }
 
