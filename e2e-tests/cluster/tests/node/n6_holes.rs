@@ -16,7 +16,6 @@
 //!   CoreDNS pod are blocked (both still answer the unwalled pod), and `DNSReachable` says the
 //!   kube-dns endpoints are outside the door.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
@@ -252,8 +251,8 @@ impl Drop for NodeLocalAddress<'_> {
 
 /// `ip ARGS` in the node's network namespace (the holder's).
 fn ip(node: &Node, args: &[&str]) -> Result<()> {
-    let output = Command::new("nsenter")
-        .args(["--target", &node.holder, "--net", "--", "ip"])
+    let output = node
+        .in_network("ip")
         .args(args)
         .output()
         .context("running ip in the node's network namespace")?;

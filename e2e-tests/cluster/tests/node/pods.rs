@@ -34,18 +34,20 @@ fn env(name: &str) -> String {
 }
 
 impl Node {
+    /// `program` in the node's network namespace (the holder's), arguments to add.
+    pub fn in_network(&self, program: &str) -> Command {
+        let mut command = Command::new("nsenter");
+        command.args(["--target", &self.holder, "--net", "--", program]);
+        command
+    }
+
     /// What the node's firewall holds for traffic between `a` and `b`: their conntrack
     /// entries and the filter rules that name either address. Printed when a probe the wall
     /// should have blocked got through, so that a failure says whether kube-router's rules
     /// were missing or a tracked flow let the packet by.
     pub fn firewall_state(&self, a: &str, b: &str) -> String {
         let run = |argv: &[&str]| -> String {
-            match Command::new("nsenter")
-                .arg(format!("--net=/proc/{}/ns/net", self.holder))
-                .arg("--")
-                .args(argv)
-                .output()
-            {
+            match self.in_network(argv[0]).args(&argv[1..]).output() {
                 Ok(output) => format!(
                     "{}{}",
                     String::from_utf8_lossy(&output.stdout),
