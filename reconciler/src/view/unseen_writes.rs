@@ -71,6 +71,19 @@ pub mod lifetime {
 /// How many memories are registered between two sweeps of the expired ones.
 const SWEEP_EVERY: usize = 1024;
 
+/// A table that emptied gives its memory back when it had grown past this many slots: one
+/// sized by a burst (an install's 40,000 applies or 20,000 report writes unseen at once) is
+/// not held for the life of the process, and a small one is not reallocated each time it
+/// empties.
+const RELEASE_ABOVE: usize = 1024;
+
+/// Frees `table`'s slots if it is empty and has grown past [`RELEASE_ABOVE`].
+fn release_if_empty<K: Eq + std::hash::Hash, V>(table: &mut HashMap<K, V>) {
+    if table.is_empty() && table.capacity() > RELEASE_ABOVE {
+        table.shrink_to_fit();
+    }
+}
+
 /// The one memory of what this term wrote and the watches have not shown yet (module docs).
 #[derive(Clone, Default)]
 pub struct UnseenWrites {
@@ -152,6 +165,9 @@ impl Memory {
             .retain(|_, written| now.duration_since(written.at) < lifetime::STATUS);
         self.reports
             .retain(|_, (_, at)| now.duration_since(*at) < lifetime::APPLY);
+        release_if_empty(&mut self.policies);
+        release_if_empty(&mut self.statuses);
+        release_if_empty(&mut self.reports);
     }
 
     fn policy(&mut self, namespace: &str, name: &str) -> &mut PolicyMemory {
@@ -176,6 +192,7 @@ impl Memory {
             change(memory);
             if memory.is_empty() {
                 self.policies.remove(&key);
+                release_if_empty(&mut self.policies);
             }
         }
     }
@@ -256,6 +273,7 @@ impl Watched for KnownReport {
         memory
             .reports
             .remove(&object_key(self.namespace(), self.name()));
+        release_if_empty(&mut memory.reports);
     }
 }
 
@@ -575,6 +593,31 @@ mod tests {
         assert!(unseen.snapshot().contains("team-a", "dns"));
         tokio::time::advance(lifetime::APPLY).await;
         assert!(!unseen.snapshot().contains("team-a", "dns"));
+    }
+
+    /// An install's burst of applies, all shown by the watch: the table that held them is
+    /// given back, not kept at the burst's size for the life of the process.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_applies_gives_its_table_back_once_the_watch_shows_them() {
+        let unseen = UnseenWrites::default();
+        let burst: Vec<String> = (0..5_000).map(|i| format!("team-{i}")).collect();
+        for namespace in &burst {
+            unseen.applying(namespace, "deny");
+            unseen.applied(namespace, "deny");
+        }
+        assert!(unseen.memory().policies.capacity() >= burst.len());
+        for namespace in &burst[..burst.len() - 1] {
+            unseen.observe(&apply(namespace, "deny"));
+        }
+        // One left: the table keeps its slots while it holds anything.
+        assert!(unseen.memory().policies.capacity() >= burst.len());
+        unseen.observe(&apply(&burst[burst.len() - 1], "deny"));
+        assert_eq!(unseen.memory().policies.capacity(), 0);
+        // A small table that empties keeps its few slots.
+        unseen.applying("team-a", "deny");
+        unseen.applied("team-a", "deny");
+        unseen.observe(&apply("team-a", "deny"));
+        assert!(unseen.memory().policies.capacity() > 0);
     }
 
     /// Whatever the watch shows of a policy being applied (its creation, a change, a re-list,

@@ -424,8 +424,17 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
 
     // 2. and 3.: not with --restart-only.
     if !options.restart_only {
-        // 2. Steady state.
+        // 2. Steady state, once the install's report writes (if the Report CRD is served)
+        // have ended: one reconcile writes every namespace's report after the walls, and at
+        // 20,000 those writes outlast the convergence.
         tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some((writes, took)) = report_writes_ended(cluster, Duration::from_secs(600)).await?
+        {
+            eprintln!(
+                "   report writes after the convergence: {writes}; none in the 2 s interval ending {} after the wait began",
+                ms(took.as_secs_f64() * 1e3)
+            );
+        }
         let mark = cluster.audit.mark();
         let before = reconciler.successful_reconciles()?;
         let window = Duration::from_secs(2 * options.resync_secs + 1);
@@ -871,6 +880,33 @@ fn describe(requests: &Option<Requests>) -> String {
     requests
         .as_ref()
         .map_or_else(|| "no audit log".to_owned(), Requests::describe)
+}
+
+/// Waits until a whole 2 s interval passes with no report write by the reconciler (audit
+/// log): how many there were before, and how long that took. `None` without an audit log,
+/// or when there were none; an error if they go on past `timeout`.
+async fn report_writes_ended(
+    cluster: &Cluster,
+    timeout: Duration,
+) -> Result<Option<(usize, Duration)>> {
+    let t0 = Instant::now();
+    let mut writes = 0;
+    loop {
+        let mark = cluster.audit.mark();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let Some(requests) = requests_since(cluster, mark) else {
+            return Ok(None);
+        };
+        if requests.report_writes == 0 {
+            return Ok((writes > 0).then(|| (writes, t0.elapsed())));
+        }
+        writes += requests.report_writes;
+        if t0.elapsed() > timeout {
+            bail!(
+                "report writes still going on {timeout:?} after the convergence ({writes} so far)"
+            );
+        }
+    }
 }
 
 fn requests_since(cluster: &Cluster, mark: AuditMark) -> Option<Requests> {

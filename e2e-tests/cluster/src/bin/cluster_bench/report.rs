@@ -66,6 +66,7 @@ pub struct Requests {
     pub status_writes: usize,
     pub baseline_writes: usize,
     pub events: usize,
+    pub report_writes: usize,
     pub lists: usize,
     pub list_pages: usize,
     pub gets: usize,
@@ -106,6 +107,7 @@ impl Requests {
                 }
                 _ if resource == "namespacebaselines" => requests.baseline_writes += 1,
                 _ if resource == "events" => requests.events += 1,
+                _ if resource == "reports" => requests.report_writes += 1,
                 _ => {}
             }
         }
@@ -117,18 +119,23 @@ impl Requests {
         requests
     }
 
-    /// Writes other than the lease's: policies, status, finalizers, Events.
+    /// Writes other than the lease's: policies, status, finalizers, Events, OpenReports.
     pub fn writes(&self) -> usize {
-        self.policy_writes + self.status_writes + self.baseline_writes + self.events
+        self.policy_writes
+            + self.status_writes
+            + self.baseline_writes
+            + self.events
+            + self.report_writes
     }
 
     pub fn describe(&self) -> String {
         format!(
-            "policy writes {}, status patches {}, finalizer patches {}, Events {}, LIST {} ({} pages), GET {}, WATCH {}, lease {}, 429s {}",
+            "policy writes {}, status patches {}, finalizer patches {}, Events {}, report writes {}, LIST {} ({} pages), GET {}, WATCH {}, lease {}, 429s {}",
             self.policy_writes,
             self.status_writes,
             self.baseline_writes,
             self.events,
+            self.report_writes,
             self.lists,
             self.list_pages,
             self.gets,
