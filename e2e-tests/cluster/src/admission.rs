@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use futures::FutureExt as _;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -119,6 +122,44 @@ impl Cluster {
                 .await
                 .context("applying deploy/policy-server-rbac.yaml")?;
         }
+        if let Some((group, resource)) = without {
+            self.wait_policy_server_denied(group, resource).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the API server's authorizer denies the policy-server's ServiceAccount
+    /// `list` on `resource`: a ClusterRole change reaches the authorizer through its own
+    /// watch, and a policy-server started before it would still be granted its first read, so
+    /// a test of the missing grant would test nothing.
+    async fn wait_policy_server_denied(&self, group: &str, resource: &str) -> Result<()> {
+        let api: Api<SubjectAccessReview> = Api::all(self.admin.clone());
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(format!(
+                    "system:serviceaccount:{CONTROLLER_NAMESPACE}:{POLICY_SERVER_SERVICE_ACCOUNT}"
+                )),
+                groups: Some(vec![
+                    "system:serviceaccounts".to_owned(),
+                    format!("system:serviceaccounts:{CONTROLLER_NAMESPACE}"),
+                    "system:authenticated".to_owned(),
+                ]),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some("list".to_owned()),
+                    group: Some(group.to_owned()),
+                    resource: Some(resource.to_owned()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        let what = format!("the policy-server's ServiceAccount denied list {resource}.{group}");
+        wait_until(&what, Duration::from_secs(10), || async {
+            let answer = api.create(&PostParams::default(), &review).await?;
+            Ok((!answer.status.is_some_and(|status| status.allowed)).then_some(()))
+        })
+        .await?;
         Ok(())
     }
 

@@ -304,14 +304,41 @@ async fn forbidden_list(cluster: &Cluster, outside: &str, chain: &AdmissionChain
     let failed_calling = format!("failed calling webhook \"{}\"", pods.webhook_name());
 
     // One Pod CREATE (whose rule lists the baselines first): answered by the API server when
-    // its webhook timeout ends, not by the policy.
-    let started = Instant::now();
-    let outcome = dry_run_pod_create(&cluster.admin, outside, "forbidden-list")
-        .await
-        .unwrap();
-    let took = started.elapsed();
-    let Err((code, message)) = outcome else {
-        panic!("a pod admitted although the baselines could not be listed");
+    // its webhook timeout ends, not by the policy. The chain cannot be waited for as usual
+    // (a judged Pod CREATE hangs here), so a create admitted before the API server applies the
+    // new webhook configuration is told apart by policy-server's log: admitted without a
+    // review, the webhook was not called yet (tried again); admitted with one, the policy
+    // admitted it (a failure). A CI run saw the first, right after the chain's registration.
+    let mut attempt = 0;
+    let (took, code, message) = loop {
+        attempt += 1;
+        let name = format!("forbidden-list-{attempt}");
+        let started = Instant::now();
+        let outcome = dry_run_pod_create(&cluster.admin, outside, &name)
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        match outcome {
+            Err((code, message)) => break (took, code, message),
+            Ok(()) => {
+                let reviewed = chain
+                    .reviews()
+                    .iter()
+                    .any(|review| review.resource == "v1/pods" && review.name == name);
+                assert!(
+                    !reviewed,
+                    "a pod admitted although the baselines could not be listed"
+                );
+                assert!(
+                    attempt < 50,
+                    "Pod CREATEs in {outside} never sent to policy-server ({attempt} admitted without a review)"
+                );
+                eprintln!(
+                    "pod {outside}/{name} admitted without a review: the webhook configuration not applied yet, trying again"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     };
     assert!(
         code == 500
