@@ -10,16 +10,14 @@
 //! else every later write they cover would fail.
 
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use futures::FutureExt as _;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use namespace_baseline_testkit::kubeconfig;
 use namespace_baseline_testkit::kubewarden::{
@@ -29,7 +27,9 @@ use namespace_baseline_testkit::policy_server::{LogLevel, PolicyServerProcess, S
 use namespace_baseline_testkit::policy_server_log::{PolicyServerLog, Review};
 use serde_json::{Value, json};
 
-use crate::{Cluster, TEST_MANAGER, read_yaml_documents, repo_root, wait_until};
+use crate::{
+    Cluster, TEST_MANAGER, can_i, client_from, read_yaml_documents, repo_root, wait_until,
+};
 
 pub use namespace_baseline_testkit::policy_server::{ENV_ANNOTATED_WASM, ENV_POLICY_SERVER};
 
@@ -122,44 +122,6 @@ impl Cluster {
                 .await
                 .context("applying deploy/policy-server-rbac.yaml")?;
         }
-        if let Some((group, resource)) = without {
-            self.wait_policy_server_denied(group, resource).await?;
-        }
-        Ok(())
-    }
-
-    /// Waits until the API server's authorizer denies the policy-server's ServiceAccount
-    /// `list` on `resource`: a ClusterRole change reaches the authorizer through its own
-    /// watch, and a policy-server started before it would still be granted its first read, so
-    /// a test of the missing grant would test nothing.
-    async fn wait_policy_server_denied(&self, group: &str, resource: &str) -> Result<()> {
-        let api: Api<SubjectAccessReview> = Api::all(self.admin.clone());
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(format!(
-                    "system:serviceaccount:{CONTROLLER_NAMESPACE}:{POLICY_SERVER_SERVICE_ACCOUNT}"
-                )),
-                groups: Some(vec![
-                    "system:serviceaccounts".to_owned(),
-                    format!("system:serviceaccounts:{CONTROLLER_NAMESPACE}"),
-                    "system:authenticated".to_owned(),
-                ]),
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some("list".to_owned()),
-                    group: Some(group.to_owned()),
-                    resource: Some(resource.to_owned()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SubjectAccessReviewSpec::default()
-            },
-            ..SubjectAccessReview::default()
-        };
-        let what = format!("the policy-server's ServiceAccount denied list {resource}.{group}");
-        wait_until(&what, Duration::from_secs(10), || async {
-            let answer = api.create(&PostParams::default(), &review).await?;
-            Ok((!answer.status.is_some_and(|status| status.allowed)).then_some(()))
-        })
-        .await?;
         Ok(())
     }
 
@@ -204,6 +166,9 @@ impl Cluster {
             &kubeconfig,
         )
         .await?;
+        if let Some((group, resource)) = options.without_grant {
+            wait_denied(&kubeconfig, group, resource).await?;
+        }
         let mut policy_server = PolicyServerProcess::spawn(Spawn {
             binary: &binary,
             kubeconfig: &kubeconfig,
@@ -347,6 +312,21 @@ impl Cluster {
     }
 }
 
+/// Waits until the API server's authorizer denies the identity of `kubeconfig` (the
+/// policy-server's ServiceAccount) `list` on `resource`: a ClusterRole change reaches the
+/// authorizer through its own watch, and a policy-server started before it would still be
+/// granted its first read, so a test of the missing grant would test nothing.
+async fn wait_denied(kubeconfig: &Path, group: &str, resource: &str) -> Result<()> {
+    let client = client_from(Kubeconfig::read_from(kubeconfig)?).await?;
+    let what = format!("the policy-server's ServiceAccount denied list {resource}.{group}");
+    wait_until(&what, Duration::from_secs(10), || async {
+        let allowed = can_i(&client, "list", group, resource, None, None).await?;
+        Ok((!allowed).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
 impl AdmissionChain {
     /// Waits until the API server sends Pod CREATEs in `namespace` to policy-server
     /// (`judged`), or no longer does (three in a row not reviewed), from dry-run creates
@@ -377,10 +357,7 @@ impl AdmissionChain {
                 if let Err((code, message)) = dry_run_pod_create(client, namespace, &name).await? {
                     eprintln!("dry-run create of pod {namespace}/{name}: {code} {message}");
                 }
-                let reviewed = self
-                    .reviews()
-                    .iter()
-                    .any(|review| review.resource == "v1/pods" && review.name == name);
+                let reviewed = self.reviewed_pod(&name);
                 unreviewed_in_a_row.set(if reviewed {
                     0
                 } else {
@@ -472,6 +449,13 @@ impl AdmissionChain {
     /// The AdmissionReviews policy-server answered so far (with the debug log).
     pub fn reviews(&self) -> Vec<Review> {
         self.log().reviews()
+    }
+
+    /// Whether policy-server answered a review of the Pod named `name` (with the debug log).
+    pub fn reviewed_pod(&self, name: &str) -> bool {
+        self.reviews()
+            .iter()
+            .any(|review| review.resource == "v1/pods" && review.name == name)
     }
 }
 
