@@ -46,7 +46,7 @@ pub async fn write(
     scope: &Scope,
     outcome: &status::Report,
 ) {
-    let Some(store) = ctx.reports.store() else {
+    let Some(cache) = ctx.reports.cache() else {
         return;
     };
     let Ok(selector) = baseline.spec.validate() else {
@@ -101,7 +101,7 @@ pub async fn write(
             enforced,
         });
         let wanted = desired(&name, namespace, content);
-        let known = stored(&store, &ctx.caches.unseen, namespace, &report);
+        let known = stored(&cache, &ctx.caches.unseen, namespace, &report);
         (!known.is_some_and(|known| known.says(&wanted))).then(|| Write::Apply(Box::new(wanted)))
     });
     // Namespaces of the scope no longer covered: their reports go.
@@ -110,16 +110,14 @@ pub async fn write(
         Scope::Namespaces(names) => names
             .iter()
             .filter(|namespace| !covered.contains(namespace.as_str()))
-            .filter(|namespace| stored(&store, &ctx.caches.unseen, namespace, &report).is_some())
+            .filter(|namespace| stored(&cache, &ctx.caches.unseen, namespace, &report).is_some())
             .cloned()
             .collect(),
-        Scope::All => store
-            .state()
-            .iter()
-            .filter(|stored| stored.baseline() == Some(label.as_str()))
-            .map(|stored| stored.namespace().to_owned())
+        Scope::All => cache
+            .namespaces_labelled(&label)
+            .into_iter()
             .filter(|namespace| !covered.contains(namespace.as_str()))
-            .filter(|namespace| stored(&store, &ctx.caches.unseen, namespace, &report).is_some())
+            .filter(|namespace| stored(&cache, &ctx.caches.unseen, namespace, &report).is_some())
             .collect(),
     };
     let deletes = uncovered
@@ -167,17 +165,15 @@ fn audited_walls(
 /// Removes every report of the baseline `name` (its deletion under `deletionPolicy:
 /// Delete`). Fails when one could not be deleted: the finalizer waits for the retry.
 pub async fn remove_all(ctx: &Context, name: &str) -> Result<()> {
-    let Some(store) = ctx.reports.store() else {
+    let Some(cache) = ctx.reports.cache() else {
         return Ok(());
     };
     let label = baseline_label_value(name);
     let report = report_name(name);
-    let writes: Vec<Write> = store
-        .state()
-        .iter()
-        .filter(|stored| stored.baseline() == Some(label.as_str()))
-        .map(|stored| stored.namespace().to_owned())
-        .filter(|namespace| stored(&store, &ctx.caches.unseen, namespace, &report).is_some())
+    let writes: Vec<Write> = cache
+        .namespaces_labelled(&label)
+        .into_iter()
+        .filter(|namespace| stored(&cache, &ctx.caches.unseen, namespace, &report).is_some())
         .map(|namespace| Write::Delete { namespace })
         .collect();
     if writes.is_empty() {

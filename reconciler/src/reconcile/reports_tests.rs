@@ -7,10 +7,10 @@ use namespace_baseline_core::holes::{Direction, Hole, Width};
 use namespace_baseline_core::report::{NamespaceState, WallState, namespace_report};
 use namespace_baseline_core::spec::Mode;
 
-use crate::fixtures::{Harness, Recorded, baseline, healthy, namespace, store};
+use crate::fixtures::{Harness, Recorded, baseline, healthy, namespace};
 use crate::reconcile::reports::{remove_all, write};
 use crate::reconcile::status;
-use crate::view::reports::known::KnownReport;
+use crate::view::reports::ReportCache;
 use crate::view::reports::object::{Report, desired};
 use crate::view::scope::Scope;
 
@@ -30,8 +30,8 @@ fn guarded() -> crate::fixtures::Harness {
 
 /// The openreports.io CRDs are served and the cache of our reports lists `reports`.
 fn crds_served(harness: &Harness, reports: Vec<Report>) {
-    harness.ctx.reports.set_store(
-        Some(store(reports.iter().map(KnownReport::from).collect())),
+    harness.ctx.reports.set_cache(
+        Some(ReportCache::listed(reports.into_iter().map(Into::into))),
         &harness.ctx.caches.unseen,
     );
 }

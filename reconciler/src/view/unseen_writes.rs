@@ -46,7 +46,7 @@ use namespace_baseline_core::spec::{NamespaceBaseline, NamespaceBaselineStatus};
 use tokio::time::Instant;
 
 use crate::view::policy_cache::CachedPolicy;
-use crate::view::reports::known::KnownReport;
+use crate::view::reports::known::{KnownReport, ShownReport};
 
 /// How long each kind of memory waits for the watch, in one place.
 pub mod lifetime {
@@ -136,7 +136,7 @@ impl PolicyMemory {
 
 /// A report this term wrote (`Some`, as the cache would keep it) or deleted (`None`), and
 /// when.
-type WrittenReport = (Option<Arc<KnownReport>>, Instant);
+type WrittenReport = (Option<KnownReport>, Instant);
 
 struct WrittenStatus {
     resource_version: String,
@@ -265,14 +265,14 @@ impl Watched for NamespaceBaseline {
     }
 }
 
-impl Watched for KnownReport {
+impl Watched for ShownReport {
     fn shown(&self, memory: &mut Memory, _deleted: bool) {
         if memory.reports.is_empty() {
             return;
         }
         memory
             .reports
-            .remove(&object_key(self.namespace(), self.name()));
+            .remove(&object_key(&self.namespace, &self.name));
         release_if_empty(&mut memory.reports);
     }
 }
@@ -429,15 +429,14 @@ impl UnseenWrites {
     pub fn report_written(&self, namespace: &str, name: &str, report: Option<KnownReport>) {
         let mut memory = self.memory();
         memory.registering();
-        memory.reports.insert(
-            object_key(namespace, name),
-            (report.map(Arc::new), Instant::now()),
-        );
+        memory
+            .reports
+            .insert(object_key(namespace, name), (report, Instant::now()));
     }
 
     /// What this term last wrote to the report `namespace/name` and the watch has not shown
     /// yet: `Some(None)` a deletion, `None` nothing unseen (the cache knows).
-    pub fn report(&self, namespace: &str, name: &str) -> Option<Option<Arc<KnownReport>>> {
+    pub fn report(&self, namespace: &str, name: &str) -> Option<Option<KnownReport>> {
         let memory = self.memory();
         if memory.reports.is_empty() {
             return None;

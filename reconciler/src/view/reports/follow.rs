@@ -14,15 +14,15 @@ use futures::channel::mpsc;
 use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use namespace_baseline_core::identity::managed_selector;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::known::known_event;
+use super::cache::{ReportCache, ReportCacheWriter, report_cache};
+use super::known::shown_event;
 use super::object::{GROUP, PLURAL, VERSION};
-use super::{KnownReport, Report, Reports};
+use super::{Report, Reports};
 use crate::base::retry::WatchBackoff;
 use crate::view::unseen_writes::UnseenWrites;
 
@@ -72,17 +72,18 @@ pub fn follow(
                 (Some(false), Some(_)) => {
                     info!("the openreports.io CRDs are gone: no more Reports");
                     watching = None;
-                    reports.set_store(None, &unseen);
+                    reports.set_cache(None, &unseen);
                 }
                 _ => {}
             }
             match &mut watching {
                 Some(watch) if !watch.listed => {
                     let ready =
-                        tokio::time::timeout(DETECT_INTERVAL, watch.store.wait_until_ready()).await;
+                        tokio::time::timeout(DETECT_INTERVAL, watch.cache.wait_until_listed())
+                            .await;
                     if matches!(ready, Ok(Ok(()))) {
                         watch.listed = true;
-                        reports.set_store(Some(watch.store.clone()), &unseen);
+                        reports.set_cache(Some(watch.cache.clone()), &unseen);
                         let _ = appeared.unbounded_send(());
                     } else {
                         warn!(
@@ -99,17 +100,17 @@ pub fn follow(
 
 /// The watch on our reports, stopped when dropped.
 struct Watching {
-    store: reflector::Store<KnownReport>,
+    cache: ReportCache,
     task: JoinHandle<()>,
     listed: bool,
 }
 
 impl Watching {
     fn start(client: &Client, unseen: &UnseenWrites) -> Self {
-        let (store, writer) = reflector::store();
+        let (cache, writer) = report_cache();
         let task = tokio::spawn(watch(client.clone(), writer, unseen.clone()));
         Self {
-            store,
+            cache,
             task,
             listed: false,
         }
@@ -123,8 +124,8 @@ impl Drop for Watching {
 }
 
 /// Each Report the watch shows goes into the cache as what is known of it
-/// ([`known_event`]), and is dropped there.
-async fn watch(client: Client, mut writer: Writer<KnownReport>, unseen: UnseenWrites) {
+/// ([`shown_event`]), and is dropped there.
+async fn watch(client: Client, mut writer: ReportCacheWriter, unseen: UnseenWrites) {
     watcher(
         Api::<Report>::all(client),
         watcher::Config::default()
@@ -132,11 +133,11 @@ async fn watch(client: Client, mut writer: Writer<KnownReport>, unseen: UnseenWr
             .any_semantic(),
     )
     .backoff(WatchBackoff::default())
-    .map_ok(known_event)
+    .map_ok(shown_event)
     .for_each(|event| {
         match event {
             Ok(event) => {
-                writer.apply_watcher_event(&event);
+                writer.apply(&event);
                 unseen.observe(&event);
             }
             Err(error) => debug!(%error, "report watch"),

@@ -2,37 +2,34 @@
 //! wrote: all the reconciler ever reads of a stored report, and nothing else. A reconcile asks
 //! two things of it: whose report it is (its baseline label, to find a baseline's reports) and
 //! whether it says what the reconcile would write (one fingerprint of everything of it the
-//! reconciler owns). The watch turns each Report into this as it arrives (issue 38: at 5,000
-//! namespaces the slimmed Reports, metadata and scope kept, cost 12.5 MiB of the reconciler's
-//! 38.3).
+//! reconciler owns). The watch turns each Report into a [`ShownReport`] as it arrives (issue
+//! 38: at 5,000 namespaces the slimmed Reports, metadata and scope kept, cost 12.5 MiB of the
+//! reconciler's 38.3); the cache keeps its [`KnownReport`] under its name and namespace
+//! (`cache.rs`).
 
-use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::sync::Arc;
 
-use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use namespace_baseline_core::identity::{BASELINE_LABEL, MANAGED_BY_LABEL};
 
-use super::object::{GROUP, KIND, PLURAL, Report, VERSION};
+use super::object::Report;
 
-/// One of our reports, as the cache keeps it.
+/// What is known of one of our reports: whose it is and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KnownReport {
-    name: Box<str>,
-    namespace: Box<str>,
-    /// Its `hedronite.io/baseline` label: whose report it is.
-    baseline: Option<Box<str>>,
+    /// Its `hedronite.io/baseline` label: whose report it is. The cache shares one copy
+    /// between all of a baseline's reports.
+    baseline: Option<Arc<str>>,
     /// [`fingerprint`] of it as stored.
     fingerprint: u64,
 }
 
 impl From<&Report> for KnownReport {
     fn from(report: &Report) -> Self {
-        let metadata = &report.metadata;
         Self {
-            name: metadata.name.as_deref().unwrap_or_default().into(),
-            namespace: metadata.namespace.as_deref().unwrap_or_default().into(),
-            baseline: metadata
+            baseline: report
+                .metadata
                 .labels
                 .as_ref()
                 .and_then(|labels| labels.get(BASELINE_LABEL))
@@ -43,14 +40,6 @@ impl From<&Report> for KnownReport {
 }
 
 impl KnownReport {
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
     /// The value of its baseline label, if it has one.
     pub fn baseline(&self) -> Option<&str> {
         self.baseline.as_deref()
@@ -60,6 +49,19 @@ impl KnownReport {
     /// field the reconciler owns; labels others added do not count.
     pub fn says(&self, desired: &Report) -> bool {
         self.fingerprint == fingerprint(desired)
+    }
+
+    /// The same, its baseline label replaced by `shared` (an equal copy the cache keeps once).
+    pub(super) fn with_baseline(&self, shared: Option<Arc<str>>) -> Self {
+        Self {
+            baseline: shared,
+            fingerprint: self.fingerprint,
+        }
+    }
+
+    /// Its baseline label as shared with the cache (`cache.rs` counts the holders).
+    pub(super) fn shared_baseline(&self) -> Option<&Arc<str>> {
+        self.baseline.as_ref()
     }
 }
 
@@ -88,50 +90,31 @@ fn fingerprint(report: &Report) -> u64 {
     hasher.finish()
 }
 
-impl Lookup for KnownReport {
-    type DynamicType = ();
+/// One of our reports as the watch shows it: where it is, and what is known of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownReport {
+    pub namespace: String,
+    pub name: String,
+    pub known: KnownReport,
+}
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        KIND.into()
-    }
-
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        PLURAL.into()
-    }
-
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.name))
-    }
-
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.namespace))
-    }
-
-    /// None: the store's key is the name and namespace alone (a resourceVersion and uid in
-    /// each key would cost as much again).
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
+impl From<Report> for ShownReport {
+    fn from(mut report: Report) -> Self {
+        let known = KnownReport::from(&report);
+        Self {
+            namespace: report.metadata.namespace.take().unwrap_or_default(),
+            name: report.metadata.name.take().unwrap_or_default(),
+            known,
+        }
     }
 }
 
 /// The same event, for the cache: each Report is dropped as soon as it is known.
-pub fn known_event(event: watcher::Event<Report>) -> watcher::Event<KnownReport> {
+pub fn shown_event(event: watcher::Event<Report>) -> watcher::Event<ShownReport> {
     match event {
-        watcher::Event::Apply(report) => watcher::Event::Apply((&report).into()),
-        watcher::Event::Delete(report) => watcher::Event::Delete((&report).into()),
-        watcher::Event::InitApply(report) => watcher::Event::InitApply((&report).into()),
+        watcher::Event::Apply(report) => watcher::Event::Apply(report.into()),
+        watcher::Event::Delete(report) => watcher::Event::Delete(report.into()),
+        watcher::Event::InitApply(report) => watcher::Event::InitApply(report.into()),
         watcher::Event::Init => watcher::Event::Init,
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
@@ -177,14 +160,11 @@ mod tests {
             .annotations
             .get_or_insert_default()
             .insert("note".into(), "kept".into());
-        let known = KnownReport::from(&stored);
-        assert!(known.says(&wanted));
-        assert_eq!(known.namespace(), "team-a");
-        assert_eq!(known.baseline(), Some("guarded"));
-        assert_eq!(
-            known.to_object_ref(()),
-            kube::runtime::reflector::ObjectRef::new("nsb-guarded").within("team-a")
-        );
+        let shown = ShownReport::from(stored);
+        assert!(shown.known.says(&wanted));
+        assert_eq!(shown.namespace, "team-a");
+        assert_eq!(shown.name, "nsb-guarded");
+        assert_eq!(shown.known.baseline(), Some("guarded"));
     }
 
     #[test]

@@ -1,18 +1,18 @@
 //! OpenReports, as this term sees them: whether the `openreports.io` CRDs are served
 //! ([`follow`]: discovery, then a watch of our reports), the cache of our reports while they
-//! are (each kept as [`known::KnownReport`]: whose it is and a fingerprint of what it says),
-//! and the kind itself ([`object`]). The reconcile writes them (`reconcile::reports`);
+//! are ([`cache`]: each kept as a [`known::KnownReport`], whose it is and a fingerprint of what
+//! it says), and the kind itself ([`object`]). The reconcile writes them (`reconcile::reports`);
 //! what it wrote and the watch has not shown yet is in the one memory of unseen writes
 //! ([`crate::view::unseen_writes`]).
 
+pub mod cache;
 pub mod follow;
 pub mod known;
 pub mod object;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use kube::runtime::reflector::{ObjectRef, Store};
-
+pub use cache::ReportCache;
 pub use known::KnownReport;
 pub use object::Report;
 
@@ -24,7 +24,7 @@ use crate::view::unseen_writes::UnseenWrites;
 pub struct Reports {
     enabled: bool,
     /// `Some` while the CRDs are served and our reports are listed.
-    store: Arc<Mutex<Option<Store<KnownReport>>>>,
+    cache: Arc<Mutex<Option<ReportCache>>>,
 }
 
 impl Reports {
@@ -32,7 +32,7 @@ impl Reports {
     pub fn new(enabled: bool) -> Self {
         Self {
             enabled,
-            store: Arc::default(),
+            cache: Arc::default(),
         }
     }
 
@@ -40,33 +40,33 @@ impl Reports {
         self.enabled
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Store<KnownReport>>> {
-        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Option<ReportCache>> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The cache of our reports, while the CRDs are served and it is listed.
-    pub fn store(&self) -> Option<Store<KnownReport>> {
+    pub fn cache(&self) -> Option<ReportCache> {
         self.lock().clone()
     }
 
     /// The CRDs came (a listed cache) or went (`None`): what this term remembers writing is
     /// dropped either way.
-    pub(crate) fn set_store(&self, store: Option<Store<KnownReport>>, unseen: &UnseenWrites) {
+    pub(crate) fn set_cache(&self, cache: Option<ReportCache>, unseen: &UnseenWrites) {
         unseen.forget_reports();
-        *self.lock() = store;
+        *self.lock() = cache;
     }
 }
 
 /// The report `namespace/name` as this term last knows it: its own unseen write, else the
 /// cache.
 pub fn stored(
-    store: &Store<KnownReport>,
+    cache: &ReportCache,
     unseen: &UnseenWrites,
     namespace: &str,
     name: &str,
-) -> Option<Arc<KnownReport>> {
+) -> Option<KnownReport> {
     match unseen.report(namespace, name) {
         Some(written) => written,
-        None => store.get(&ObjectRef::new(name).within(namespace)),
+        None => cache.get(namespace, name),
     }
 }
