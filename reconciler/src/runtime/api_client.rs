@@ -12,6 +12,15 @@
 //! after a restart, any write that finds no idle connection in the pool. Go's own clients set
 //! `TCP_NODELAY`, as this one now does.
 //!
+//! The pooled connections idle after a burst are capped at [`IDLE_CONNECTIONS`]: a pass
+//! writes `--concurrency` (64) requests at a time, each on a connection of its own (HTTP/1.1,
+//! as kube speaks it), and hyper-util keeps every one of them idle for 90 s by default, about
+//! 60 KiB each (TLS and HTTP buffers): 76 sockets and 3.8 MiB more than a restarted
+//! reconciler's 13 at 5,000 namespaces at rest (BENCHMARKS.md, "OpenReports"). Client-go
+//! keeps 25 idle connections per host on HTTP/1.1; at rest this reconciler sends a Lease
+//! renewal and a repair now and then, which [`IDLE_CONNECTIONS`] covers, and a burst beyond
+//! it opens new connections (a resumed TLS session: a millisecond or two).
+//!
 //! kube does not expose its connector, so the stack is rebuilt here from kube's public parts,
 //! layer for layer as `ClientBuilder::try_from(Config)` builds it (kube-client 4.2,
 //! `client/builder.rs`, without its `gzip` feature, which this workspace does not enable).
@@ -36,6 +45,9 @@ use tracing::Span;
 use crate::base::error::{Error, Result};
 use crate::base::retry::ServerRetry;
 use crate::runtime::hedged_reads::HedgedReads;
+
+/// The idle pooled connections kept per API server; the rest close as they go idle.
+pub const IDLE_CONNECTIONS: usize = 8;
 
 /// A client for `config`, as kube would build it but with `TCP_NODELAY` set and our retry
 /// (`ServerRetry`) in place of kube's.
@@ -92,9 +104,10 @@ fn connections(
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
     let mut builder = hyper_util::client::legacy::Builder::new(TokioExecutor::new());
-    if stack == Stack::Hedge {
-        builder.pool_max_idle_per_host(0);
-    }
+    builder.pool_max_idle_per_host(match stack {
+        Stack::Pooled => IDLE_CONNECTIONS,
+        Stack::Hedge => 0,
+    });
     let connections: hyper_util::client::legacy::Client<_, Body> = builder.build(connector);
     Ok(connections)
 }
@@ -277,16 +290,25 @@ mod tests {
     }
 
     /// An API server that keeps connections open and answers every request with the version
-    /// document; counts the connections it accepted.
-    async fn keep_alive_server() -> (String, Arc<Mutex<usize>>) {
+    /// document, each only once `answer_after` connections are open (so that as many requests
+    /// overlap); counts the connections it accepted and those still open.
+    async fn keep_alive_server(
+        answer_after: usize,
+    ) -> (String, Arc<Mutex<usize>>, Arc<Mutex<usize>>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let accepted = Arc::new(Mutex::new(0));
-        let count = accepted.clone();
+        let open = Arc::new(Mutex::new(0));
+        let (count, still_open) = (accepted.clone(), open.clone());
+        let (opened, all_open) = tokio::sync::watch::channel(0);
         tokio::spawn(async move {
             loop {
                 let (mut socket, _) = listener.accept().await.unwrap();
                 *count.lock().unwrap() += 1;
+                *still_open.lock().unwrap() += 1;
+                opened.send_modify(|opened| *opened += 1);
+                let mut all_open = all_open.clone();
+                let still_open = still_open.clone();
                 tokio::spawn(async move {
                     let mut head = Vec::new();
                     let mut byte = [0u8; 1];
@@ -294,6 +316,10 @@ mod tests {
                         head.push(byte[0]);
                         if head.ends_with(b"\r\n\r\n") {
                             head.clear();
+                            all_open
+                                .wait_for(|open| *open >= answer_after)
+                                .await
+                                .unwrap();
                             let response = format!(
                                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{VERSION}",
                                 VERSION.len()
@@ -301,10 +327,11 @@ mod tests {
                             socket.write_all(response.as_bytes()).await.unwrap();
                         }
                     }
+                    *still_open.lock().unwrap() -= 1;
                 });
             }
         });
-        (url, accepted)
+        (url, accepted, open)
     }
 
     /// The main client reuses its connection; the hedge client opens one per request.
@@ -314,13 +341,44 @@ mod tests {
             (client as fn(Config) -> Result<Client>, 1),
             (hedge_client, 3),
         ] {
-            let (url, accepted) = keep_alive_server().await;
+            let (url, accepted, _) = keep_alive_server(1).await;
             let client = build(Config::new(url.parse().unwrap())).unwrap();
             for _ in 0..3 {
                 client.apiserver_version().await.unwrap();
             }
             assert_eq!(*accepted.lock().unwrap(), connections);
         }
+    }
+
+    /// A burst of requests, each on a connection of its own, leaves IDLE_CONNECTIONS of them
+    /// open: the others close as they go idle, and the next requests reuse the ones kept.
+    #[tokio::test]
+    async fn a_burst_leaves_at_most_the_idle_connections_open() {
+        let burst = IDLE_CONNECTIONS * 3;
+        let (url, accepted, open) = keep_alive_server(burst).await;
+        let client = client(Config::new(url.parse().unwrap())).unwrap();
+        let requests = (0..burst).map(|_| client.apiserver_version());
+        for answer in futures::future::join_all(requests).await {
+            answer.unwrap();
+        }
+        assert_eq!(*accepted.lock().unwrap(), burst, "the requests overlapped");
+        let closed = async {
+            while *open.lock().unwrap() > IDLE_CONNECTIONS {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), closed)
+            .await
+            .unwrap_or_else(|_| panic!("{} connections still open", open.lock().unwrap()));
+        for _ in 0..IDLE_CONNECTIONS {
+            client.apiserver_version().await.unwrap();
+        }
+        assert_eq!(*open.lock().unwrap(), IDLE_CONNECTIONS);
+        assert_eq!(
+            *accepted.lock().unwrap(),
+            burst,
+            "an idle connection was reused"
+        );
     }
 
     /// A write that may be sent twice is retried after a 500 as well (a bounded number of
