@@ -14,12 +14,11 @@
 //!
 //! The pooled connections idle after a burst are capped at [`IDLE_CONNECTIONS`]: a pass
 //! writes `--concurrency` (64) requests at a time, each on a connection of its own (HTTP/1.1,
-//! as kube speaks it), and hyper-util keeps every one of them idle for 90 s by default, about
-//! 60 KiB each (TLS and HTTP buffers): 76 sockets and 3.8 MiB more than a restarted
-//! reconciler's 13 at 5,000 namespaces at rest (BENCHMARKS.md, "OpenReports"). Client-go
-//! keeps 25 idle connections per host on HTTP/1.1; at rest this reconciler sends a Lease
-//! renewal and a repair now and then, which [`IDLE_CONNECTIONS`] covers, and a burst beyond
-//! it opens new connections (a resumed TLS session: a millisecond or two).
+//! as kube speaks it), and hyper-util kept every one of them open, idle, for 90 s: 76 sockets
+//! at rest after an install against 13 after a restart (BENCHMARKS.md, "OpenReports"), each
+//! with its TLS and HTTP buffers on both ends. At rest this reconciler sends a Lease renewal
+//! and a repair now and then, which [`IDLE_CONNECTIONS`] covers; a burst beyond it opens new
+//! connections (a resumed TLS session: a millisecond or two).
 //!
 //! kube does not expose its connector, so the stack is rebuilt here from kube's public parts,
 //! layer for layer as `ClientBuilder::try_from(Config)` builds it (kube-client 4.2,
