@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-pub use fault_proxy::{Fault, FaultProxy, ProxyCa, RETRY_AFTER_SECONDS, Report, STALL, Upstream};
+pub use fault_proxy::{
+    Fault, FaultProxy, ProxyCa, RETRY_AFTER_SECONDS, Received, Report, STALL, Upstream,
+};
 
 use crate::{AuditEvent, Cluster, Endpoint, repo_root};
 

@@ -12,9 +12,11 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use crate::AuditEvent;
 use crate::leadership::identity_of;
 
-/// A change and its repair: when the API server answered each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A change and its repair: the policy (namespace, name), and when the API server answered
+/// each.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repair {
+    pub object: (String, String),
     pub changed: Timestamp,
     pub repaired: Timestamp,
 }
@@ -81,7 +83,11 @@ pub fn repairs(
             .get(&key)
             .and_then(|times| times.iter().filter(|t| **t >= changed).min().copied());
         match repaired {
-            Some(repaired) => found.push(Repair { changed, repaired }),
+            Some(repaired) => found.push(Repair {
+                object: key,
+                changed,
+                repaired,
+            }),
             None => unmatched += 1,
         }
     }
@@ -240,6 +246,11 @@ mod tests {
         let (found, unmatched) = repairs(&events, "sa", &managed);
         let latencies: Vec<u128> = found.iter().map(|r| r.latency().as_millis()).collect();
         assert_eq!(latencies, [40, 25]);
+        assert!(
+            found
+                .iter()
+                .all(|r| r.object == ("team-a".to_owned(), "nsb-g-default-deny".to_owned()))
+        );
         assert_eq!(unmatched, 1);
     }
 

@@ -25,7 +25,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, Result, anyhow, ensure};
 use bytes::Bytes;
@@ -34,7 +34,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HOST, HeaderMap, HeaderValue, RETRY_AFTER};
+use hyper::header::{HOST, HeaderMap, HeaderValue, RETRY_AFTER, USER_AGENT};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
@@ -202,6 +202,21 @@ impl Upstream {
     }
 }
 
+/// One request as the proxy received it, and the fault it drew: the soak's account of where
+/// a slow repair's time went ([`FaultProxy::take_received`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// When the request arrived (the system clock, as the API server's audit log uses).
+    pub at: SystemTime,
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    pub watch: bool,
+    pub user_agent: String,
+    /// `None`: forwarded as it came.
+    pub fault: Option<Fault>,
+}
+
 /// What the proxy saw and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
@@ -364,6 +379,8 @@ struct Shared {
     settings: Mutex<Settings>,
     rng: Mutex<Rng>,
     report: Mutex<Report>,
+    /// Every request received since the last [`FaultProxy::take_received`].
+    received: Mutex<Vec<Received>>,
     refusing: AtomicBool,
     /// Bumped to cut every open connection.
     cut: watch::Sender<u64>,
@@ -514,6 +531,7 @@ impl FaultProxy {
             }),
             rng: Mutex::new(Rng::new(seed)),
             report: Mutex::new(Report::default()),
+            received: Mutex::default(),
             refusing: AtomicBool::new(false),
             cut,
             cut_watches,
@@ -607,6 +625,12 @@ impl FaultProxy {
     /// Counts so far.
     pub fn report(&self) -> Report {
         lock(&self.shared.report).clone()
+    }
+
+    /// The requests received since the last call, in the order they arrived, each with the
+    /// fault it drew.
+    pub fn take_received(&self) -> Vec<Received> {
+        std::mem::take(&mut *lock(&self.shared.received))
     }
 }
 
@@ -744,6 +768,20 @@ async fn handle(
     if let Some(fault) = fault {
         shared.record(|report| *report.faults.entry(fault).or_insert(0) += 1);
     }
+    let received = Received {
+        at: SystemTime::now(),
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+        watch: shape.watch,
+        user_agent: request
+            .headers()
+            .get(USER_AGENT)
+            .and_then(|agent| agent.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        fault,
+    };
+    lock(&shared.received).push(received);
     match fault {
         None if shape.watch => {
             // A watch: cut when `cut_watches` says so, or at the end of its lifetime.

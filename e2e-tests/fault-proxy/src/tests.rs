@@ -218,6 +218,42 @@ async fn error_statuses_carry_a_kubernetes_status() {
     assert_eq!(proxy.report().forwarded, 0);
 }
 
+/// Each request is kept with what it drew, in order, until taken; a proxy keeps none twice.
+#[tokio::test]
+async fn requests_are_kept_with_their_fault_until_taken() {
+    let proxy = proxy().await;
+    let mut sender = client(&proxy).await.unwrap();
+    let before = SystemTime::now();
+    text(get(&mut sender, "/hello?x=1").await.unwrap()).await;
+    proxy.set_faults(1.0, &[Fault::TooManyRequests]);
+    text(
+        get(&mut sender, "/api/v1/namespaces?watch=true")
+            .await
+            .unwrap(),
+    )
+    .await;
+    let received = proxy.take_received();
+    let seen: Vec<(&str, &str, bool, Option<Fault>)> = received
+        .iter()
+        .map(|r| (r.method.as_str(), r.path.as_str(), r.watch, r.fault))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("GET", "/hello", false, None),
+            (
+                "GET",
+                "/api/v1/namespaces",
+                true,
+                Some(Fault::TooManyRequests)
+            ),
+        ]
+    );
+    assert!(received.iter().all(|r| r.at >= before));
+    assert!(received[0].at <= received[1].at);
+    assert_eq!(proxy.take_received(), [], "taken once");
+}
+
 #[tokio::test]
 async fn a_dropped_connection_gets_no_answer() {
     let proxy = proxy().await;

@@ -18,7 +18,9 @@
 //! that failed and shutdowns that held the Lease past the write budget, repair latency under
 //! faults (outside leaderless windows) beside the floor the fault model itself imposes
 //! (`soak/floor.rs`), the repairs of drift made while the leader's policy watch was down, the
-//! hedged writes per 1,000, convergence after the chaos, max RSS.
+//! hedged writes per 1,000 and the share of stalled wall applies hedged, convergence after the
+//! chaos, max RSS; and, for each repair slower than a second, where its time went: the
+//! requests the proxy received meanwhile, with the faults they drew (`soak/slow.rs`).
 //!
 //! Usage: `soak [--namespaces 300] [--duration 180] [--kills 8] [--graceful 0.5]
 //! [--apiserver-restarts 1] [--etcd-restarts 1] [--proxy-restarts 1] [--replicas 3]
@@ -36,6 +38,8 @@ mod floor;
 mod options;
 #[path = "soak/report.rs"]
 mod report;
+#[path = "soak/slow.rs"]
+mod slow;
 
 use std::time::{Duration, Instant};
 

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use namespace_baseline_cluster_tests::faults::{
-    FaultProxy, ProxyCa, Upstream, endpoint, restart_apiserver, restart_etcd,
+    FaultProxy, ProxyCa, Received, Upstream, endpoint, restart_apiserver, restart_etcd,
 };
 use namespace_baseline_cluster_tests::leadership::lease_holder;
 use namespace_baseline_cluster_tests::{
@@ -89,6 +89,8 @@ pub struct Chaos<'c> {
     pub restarts: Vec<Window>,
     /// Drift made, by kind; `skipped`: admin requests that failed (e.g. during a restart).
     pub actions: BTreeMap<&'static str, usize>,
+    /// Every request the proxy received during the chaos, with the fault it drew.
+    pub received: Vec<Received>,
 }
 
 impl<'c> Chaos<'c> {
@@ -144,6 +146,7 @@ impl<'c> Chaos<'c> {
             stops: Vec::new(),
             restarts: Vec::new(),
             actions: BTreeMap::new(),
+            received: Vec::new(),
             scenario,
         };
         for _ in 0..options.replicas {
@@ -225,6 +228,8 @@ impl<'c> Chaos<'c> {
             println!("[chaos] not done before the end: {disruption:?}");
         }
         self.proxy().set_probability(0.0);
+        let received = self.proxy().take_received();
+        self.received.extend(received);
         Ok(())
     }
 
@@ -274,7 +279,9 @@ impl<'c> Chaos<'c> {
             }
             Disruption::RestartProxy => {
                 let from = Timestamp::now();
-                drop(self.proxy.take());
+                if let Some(proxy) = self.proxy.take() {
+                    self.received.extend(proxy.take_received());
+                }
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let proxy = FaultProxy::start_with(
                     self.upstream.clone(),

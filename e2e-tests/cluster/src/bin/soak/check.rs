@@ -9,12 +9,13 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use namespace_baseline_cluster_tests::AuditEvent;
 use namespace_baseline_cluster_tests::leadership::{self, ShutdownEnd, Term};
 use namespace_baseline_cluster_tests::repairs::{
-    open_at, policy_writes_and_hedges, reads_and_hedges, watches_open,
+    Repair, open_at, policy_writes_and_hedges, reads_and_hedges, watches_open,
 };
 use namespace_baseline_leader::Timing;
 
 use crate::chaos::{Chaos, Process};
 use crate::options::Options;
+use crate::slow::{SLOW, SlowRepair};
 
 /// The longest a leader told to shut down has reason to keep the Lease: a write it had in
 /// flight may take its whole budget (at most the renew deadline plus the write grace after
@@ -76,6 +77,9 @@ pub struct Verdict {
     /// down (cut, resuming or relisting), and those made while it was open.
     pub repairs_watch_down: Vec<Duration>,
     pub repairs_watch_open: Vec<Duration>,
+    /// The steady repairs slower than [`SLOW`], with what the report needs to say where
+    /// their time went.
+    pub slow_repairs: Vec<SlowRepair>,
     /// The reconcilers' NetworkPolicy writes that reached the API server: first requests,
     /// and hedges (issue 38).
     pub first_writes: usize,
@@ -184,6 +188,7 @@ pub fn analyse(
         repairs_at_takeover: Vec::new(),
         repairs_watch_down: Vec::new(),
         repairs_watch_open: Vec::new(),
+        slow_repairs: Vec::new(),
         first_writes: 0,
         hedges: 0,
         reads: 0,
@@ -211,7 +216,12 @@ pub fn analyse(
             Some((stop.at, acquired))
         })
         .collect();
-    for (from, to) in &repairs {
+    for Repair {
+        changed: from,
+        repaired: to,
+        ..
+    } in &repairs
+    {
         if meets(&restarts, (*from, *to)) {
             continue;
         }
@@ -223,31 +233,45 @@ pub fn analyse(
         }
     }
     let policy_watches = watches_open(&ours, "networkpolicies");
-    let leader_watching = |at: Timestamp| {
+    let holder_at = |at: Timestamp| {
         verdict
             .terms
             .iter()
             .find(|term| term.from <= at && term.until.is_none_or(|until| at < until))
-            .and_then(|term| policy_watches.get(&term.holder))
-            .is_some_and(|windows| open_at(windows, at))
+            .map(|term| term.holder.clone())
     };
     let mut down = Vec::new();
     let mut open = Vec::new();
-    for (from, to) in repairs {
+    let mut slow = Vec::new();
+    for repair in repairs {
+        let (from, to) = (repair.changed, repair.repaired);
         let latency = since(from, to);
         verdict.repairs_all.push(latency);
         if !meets(&leaderless, (from, to)) {
             verdict.repairs_led.push(latency);
             if !meets(&restarts, (from, to)) {
                 verdict.repairs_steady.push(latency);
-                if leader_watching(from) {
+                let holder = holder_at(from);
+                let watch_open = holder
+                    .as_ref()
+                    .and_then(|holder| policy_watches.get(holder))
+                    .is_some_and(|windows| open_at(windows, from));
+                if watch_open {
                     open.push(latency);
                 } else {
                     down.push(latency);
                 }
+                if latency > SLOW {
+                    slow.push(SlowRepair {
+                        repair,
+                        holder,
+                        watch_open,
+                    });
+                }
             }
         }
     }
+    verdict.slow_repairs = slow;
     verdict.repairs_watch_down = down;
     verdict.repairs_watch_open = open;
     (verdict.first_writes, verdict.hedges) = policy_writes_and_hedges(events, reconciler);
@@ -255,24 +279,12 @@ pub fn analyse(
     Ok(verdict)
 }
 
-fn repairs(
-    events: &[AuditEvent],
-    reconciler: &str,
-    chaos: &Chaos<'_>,
-) -> (Vec<(Timestamp, Timestamp)>, usize) {
+fn repairs(events: &[AuditEvent], reconciler: &str, chaos: &Chaos<'_>) -> (Vec<Repair>, usize) {
     let managed = [
         namespace_baseline_cluster_tests::deny_all_policy_name(&chaos.baseline),
         namespace_baseline_cluster_tests::dns_policy_name(&chaos.baseline),
     ];
-    let (found, unmatched) =
-        namespace_baseline_cluster_tests::repairs::repairs(events, reconciler, &managed);
-    (
-        found
-            .into_iter()
-            .map(|repair| (repair.changed, repair.repaired))
-            .collect(),
-        unmatched,
-    )
+    namespace_baseline_cluster_tests::repairs::repairs(events, reconciler, &managed)
 }
 
 impl Verdict {

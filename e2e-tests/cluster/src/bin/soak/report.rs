@@ -9,6 +9,7 @@ use crate::chaos::{Chaos, Process};
 use crate::check::{Handover, Verdict, write_budget};
 use crate::floor;
 use crate::options::Options;
+use crate::slow::{self, SLOW};
 
 /// The value at quantile `p` (0..=1) of `samples`, nearest rank.
 fn quantile(samples: &[Duration], p: f64) -> Option<Duration> {
@@ -182,6 +183,12 @@ pub fn table(
         "| hedged writes: hedge requests that reached the API server per 1,000 first requests | {hedges_per_1000:.1} ({} hedges, {} first requests, NetworkPolicy writes of every replica) | – |",
         verdict.hedges, verdict.first_writes
     );
+    let (stalled, hedged) = slow::stalled_applies_hedged(&chaos.received);
+    let _ = writeln!(
+        out,
+        "| stalled wall applies hedged: of the replicas' applies the proxy stalled, those whose hedge reached it within 1 s | {hedged} of {stalled} | all but a pass's (more than {} writes in flight) |",
+        namespace_baseline_reconciler::reconcile::context::Hedging::MAX_IN_FLIGHT
+    );
     let _ = writeln!(
         out,
         "| hedged reads: hedge requests (get, list, watch) that reached the API server per 1,000 first requests | {:.1} ({} hedges, {} first requests) | – |",
@@ -283,8 +290,22 @@ pub fn table(
         .collect();
     let _ = writeln!(out, "| handovers | {} | – |", handovers.join(", "));
     let _ = writeln!(out, "| restarts | {} | – |", restarts.join(", "));
+    let mut slow: Vec<_> = verdict.slow_repairs.iter().collect();
+    slow.sort_by_key(|repair| std::cmp::Reverse(repair.repair.latency()));
+    let _ = writeln!(
+        out,
+        "\n**Slow repairs**: the {} steady repairs over {} ms, slowest first (at most {SLOW_LISTED}), with the requests the proxy received between the drift and the repair (to the policy, from any replica; the leader's others but its Events and other policies), `+ms` after the drift, each fault drawn in bold.\n",
+        slow.len(),
+        SLOW.as_millis()
+    );
+    for repair in slow.iter().take(SLOW_LISTED) {
+        let _ = writeln!(out, "- {}", repair.describe(&chaos.received));
+    }
     out
 }
+
+/// The most slow repairs the report accounts for.
+const SLOW_LISTED: usize = 16;
 
 fn verdict_of(value: Option<Duration>, goal: Duration) -> &'static str {
     match value {
