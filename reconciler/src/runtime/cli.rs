@@ -160,7 +160,7 @@ pub struct RunOptions {
 
     /// Hedge a wall apply unanswered this long: send it again on a fresh connection and take
     /// the first answer (at most once per write, not while a 429's Retry-After runs, never
-    /// while more than a few writes are in flight). Well above a healthy apply's answer (the
+    /// while more than 16 writes are in flight). Well above a healthy apply's answer (the
     /// benchmarks' repair p99 is under 10 ms), well below a stalled one's; "0" turns hedging
     /// off.
     #[arg(long, global = true, default_value = "200ms", value_parser = parse_duration_or_zero)]

@@ -36,6 +36,10 @@ pub struct Floor {
     pub soak_p99_median: Duration,
     pub soak_p99_p90: Duration,
     pub soaks_at_goal: f64,
+    /// The share of its repairs slower than `goal`: times a soak's `n`, how many such repairs
+    /// a soak of that client has on average (a steadier comparison than a p99 set by the
+    /// second-slowest repair).
+    pub share_over_goal: f64,
 }
 
 /// The floor at fault probability `probability`, drawn from `seed`, with the spread of the
@@ -78,6 +82,8 @@ impl Model {
             soak_p99_median: nearest_rank(&soaks, 0.5),
             soak_p99_p90: nearest_rank(&soaks, 0.9),
             soaks_at_goal: soaks.iter().filter(|p99| **p99 >= goal).count() as f64 / SOAKS as f64,
+            share_over_goal: latencies.iter().filter(|latency| **latency > goal).count() as f64
+                / DRAWS as f64,
         }
     }
 
@@ -152,6 +158,10 @@ mod tests {
         assert_eq!(soak.soak_p99_median, Duration::from_secs(1), "{soak:?}");
         assert!(soak.soak_p99_p90 >= Duration::from_secs(2), "{soak:?}");
         assert!((0.25..0.5).contains(&soak.soaks_at_goal), "{soak:?}");
+        // About 1 % of its repairs take longer than 1.5 s: a 429 and then another fault,
+        // or a stall whose hedge is slow too; 1 or 2 of a soak's 150.
+        assert!((0.005..0.015).contains(&soak.share_over_goal), "{soak:?}");
+        assert_eq!(calm.share_over_goal, 0.0);
         assert_eq!(floor(0.3, 1, 150, goal), soak, "drawn from the seed");
     }
 }

@@ -168,6 +168,18 @@ pub fn table(
             None => "no sample",
         }
     );
+    let over_goal = verdict
+        .repairs_steady
+        .iter()
+        .filter(|latency| **latency > repair_goal)
+        .count();
+    let _ = writeln!(
+        out,
+        "| the same repairs over {} ms: ours, and the floor's client on average over as many repairs ({:.2} % of its repairs) | ours {over_goal}, the floor's {:.1} | – |",
+        repair_goal.as_millis(),
+        floor.share_over_goal * 100.0,
+        floor.share_over_goal * verdict.repairs_steady.len() as f64
+    );
     let _ = writeln!(
         out,
         "| the same repairs, drift made while the leader's NetworkPolicy watch was open | {} | – |",
@@ -186,7 +198,7 @@ pub fn table(
     let (stalled, hedged) = slow::stalled_applies_hedged(&chaos.received);
     let _ = writeln!(
         out,
-        "| stalled wall applies hedged: of the replicas' applies the proxy stalled, those whose hedge reached it within 1 s | {hedged} of {stalled} | all but a pass's (more than {} writes in flight) |",
+        "| stalled wall applies hedged: of the replicas' applies the proxy stalled, those whose hedge reached it within 1 s | {hedged} of {stalled} | all but those of a pass (more than {} writes in flight) or of a replica no longer leading |",
         namespace_baseline_reconciler::reconcile::context::Hedging::MAX_IN_FLIGHT
     );
     let _ = writeln!(

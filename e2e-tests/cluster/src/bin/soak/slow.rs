@@ -54,7 +54,7 @@ impl SlowRepair {
                     .is_some_and(|identity| self.holder.as_deref() == Some(identity));
                 by_holder
                     && !request.path.contains("/networkpolicies/")
-                    && !request.path.ends_with("/events")
+                    && !request.path.contains("/events")
             })
             .collect()
     }
@@ -100,7 +100,8 @@ const HEDGE_WITHIN: Duration = Duration::from_secs(1);
 /// Of the replicas' wall applies the proxy stalled (first requests, not hedges): how many,
 /// and how many were hedged (a hedge of the same policy by the same replica reached the proxy
 /// within [`HEDGE_WITHIN`]). Every stalled apply should be, but during a pass over many
-/// namespaces (reconcile/context.rs, `Hedging::MAX_IN_FLIGHT`).
+/// namespaces (reconcile/context.rs, `Hedging::MAX_IN_FLIGHT`) and once its replica no
+/// longer leads (stopped, or its Lease lost).
 pub fn stalled_applies_hedged(received: &[Received]) -> (usize, usize) {
     let is_apply = |request: &Received| {
         request.method == "PATCH" && request.path.contains("/networkpolicies/")
