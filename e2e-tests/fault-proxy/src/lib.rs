@@ -379,8 +379,10 @@ struct Shared {
     settings: Mutex<Settings>,
     rng: Mutex<Rng>,
     report: Mutex<Report>,
-    /// Every request received since the last [`FaultProxy::take_received`].
+    /// Every request received since the last [`FaultProxy::take_received`], while
+    /// `keeping` ([`FaultProxy::keep_received`]).
     received: Mutex<Vec<Received>>,
+    keeping: AtomicBool,
     refusing: AtomicBool,
     /// Bumped to cut every open connection.
     cut: watch::Sender<u64>,
@@ -532,6 +534,7 @@ impl FaultProxy {
             rng: Mutex::new(Rng::new(seed)),
             report: Mutex::new(Report::default()),
             received: Mutex::default(),
+            keeping: AtomicBool::new(false),
             refusing: AtomicBool::new(false),
             cut,
             cut_watches,
@@ -627,8 +630,15 @@ impl FaultProxy {
         lock(&self.shared.report).clone()
     }
 
-    /// The requests received since the last call, in the order they arrived, each with the
-    /// fault it drew.
+    /// From now on, keep each request received ([`Received`]) until taken, or stop keeping
+    /// them. Off by default: a proxy left running (the `fault-proxy` binary) would hold every
+    /// request it ever received.
+    pub fn keep_received(&self, keep: bool) {
+        self.shared.keeping.store(keep, Ordering::SeqCst);
+    }
+
+    /// The requests kept since the last call ([`Self::keep_received`]), in the order they
+    /// arrived, each with the fault it drew.
     pub fn take_received(&self) -> Vec<Received> {
         std::mem::take(&mut *lock(&self.shared.received))
     }
@@ -768,20 +778,9 @@ async fn handle(
     if let Some(fault) = fault {
         shared.record(|report| *report.faults.entry(fault).or_insert(0) += 1);
     }
-    let received = Received {
-        at: SystemTime::now(),
-        method: request.method().to_string(),
-        path: request.uri().path().to_owned(),
-        watch: shape.watch,
-        user_agent: request
-            .headers()
-            .get(USER_AGENT)
-            .and_then(|agent| agent.to_str().ok())
-            .unwrap_or_default()
-            .to_owned(),
-        fault,
-    };
-    lock(&shared.received).push(received);
+    if shared.keeping.load(Ordering::SeqCst) {
+        keep(&shared, &request, shape.watch, fault);
+    }
     match fault {
         None if shape.watch => {
             // A watch: cut when `cut_watches` says so, or at the end of its lifetime.
@@ -824,6 +823,24 @@ async fn handle(
             shape.resource_version.as_deref().unwrap_or_default(),
         )),
     }
+}
+
+/// Keeps `request` with the fault it drew, for [`FaultProxy::take_received`].
+fn keep(shared: &Shared, request: &Request<Incoming>, watch: bool, fault: Option<Fault>) {
+    let received = Received {
+        at: SystemTime::now(),
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+        watch,
+        user_agent: request
+            .headers()
+            .get(USER_AGENT)
+            .and_then(|agent| agent.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        fault,
+    };
+    lock(&shared.received).push(received);
 }
 
 /// Hop-by-hop headers, never forwarded (RFC 9110 §7.6.1).

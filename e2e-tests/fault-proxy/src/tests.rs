@@ -218,11 +218,15 @@ async fn error_statuses_carry_a_kubernetes_status() {
     assert_eq!(proxy.report().forwarded, 0);
 }
 
-/// Each request is kept with what it drew, in order, until taken; a proxy keeps none twice.
+/// Once asked to, the proxy keeps each request with what it drew, in order, until taken;
+/// none twice, and none before it was asked or after it was told to stop.
 #[tokio::test]
 async fn requests_are_kept_with_their_fault_until_taken() {
     let proxy = proxy().await;
     let mut sender = client(&proxy).await.unwrap();
+    text(get(&mut sender, "/hello").await.unwrap()).await;
+    assert_eq!(proxy.take_received(), [], "not kept unless asked");
+    proxy.keep_received(true);
     let before = SystemTime::now();
     text(get(&mut sender, "/hello?x=1").await.unwrap()).await;
     proxy.set_faults(1.0, &[Fault::TooManyRequests]);
@@ -252,6 +256,9 @@ async fn requests_are_kept_with_their_fault_until_taken() {
     assert!(received.iter().all(|r| r.at >= before));
     assert!(received[0].at <= received[1].at);
     assert_eq!(proxy.take_received(), [], "taken once");
+    proxy.keep_received(false);
+    text(get(&mut sender, "/hello").await.unwrap()).await;
+    assert_eq!(proxy.take_received(), [], "no longer kept");
 }
 
 #[tokio::test]

@@ -123,6 +123,7 @@ impl<'c> Chaos<'c> {
             .await
             .context("creating the soak's NamespaceBaseline")?;
         let proxy = cluster.fault_proxy(options.seed)?;
+        proxy.keep_received(true);
         let mut chaos = Self {
             cluster,
             lease: format!("{baseline}-lease"),
@@ -290,6 +291,7 @@ impl<'c> Chaos<'c> {
                     self.proxy_ca.clone(),
                 )?;
                 proxy.set_probability(self.faults);
+                proxy.keep_received(true);
                 self.proxy = Some(proxy);
                 self.restarts.push(Window {
                     what: "proxy",
