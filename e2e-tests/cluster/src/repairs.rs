@@ -131,7 +131,13 @@ pub fn open_at(windows: &[(Timestamp, Timestamp)], at: Timestamp) -> bool {
 /// The User-Agent of a hedge says so before the identity
 /// (`namespace-baseline-reconciler/<version> hedge (<identity>)`).
 pub fn is_hedge(event: &AuditEvent) -> bool {
-    event.user_agent.contains(" hedge (")
+    is_hedge_agent(&event.user_agent)
+}
+
+/// Whether `user_agent` is a hedge's ([`is_hedge`]), wherever the request was seen (the audit
+/// log, the fault proxy's record).
+pub fn is_hedge_agent(user_agent: &str) -> bool {
+    user_agent.contains(" hedge (")
 }
 
 /// The reconciler's NetworkPolicy writes among `events` (one per request): its first

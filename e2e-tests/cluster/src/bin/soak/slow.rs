@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use namespace_baseline_cluster_tests::faults::{Fault, Received};
 use namespace_baseline_cluster_tests::leadership::identity_of;
-use namespace_baseline_cluster_tests::repairs::Repair;
+use namespace_baseline_cluster_tests::repairs::{Repair, is_hedge_agent};
 
 /// A steady repair slower than this is accounted for request by request: the retry of a
 /// 429 alone takes a second.
@@ -106,7 +106,7 @@ pub fn stalled_applies_hedged(received: &[Received]) -> (usize, usize) {
     let is_apply = |request: &Received| {
         request.method == "PATCH" && request.path.contains("/networkpolicies/")
     };
-    let is_hedge = |request: &Received| request.user_agent.contains(" hedge (");
+    let is_hedge = |request: &Received| is_hedge_agent(&request.user_agent);
     let stalled: Vec<&Received> = received
         .iter()
         .filter(|r| is_apply(r) && !is_hedge(r) && r.fault == Some(Fault::Stall))
@@ -167,7 +167,7 @@ fn is_kind(segment: &str) -> bool {
 /// Whose request it was, unless the leader's own first request.
 fn who(request: &Received, holder: Option<&str>) -> String {
     let identity = identity_of(&request.user_agent);
-    let hedge = request.user_agent.contains(" hedge (");
+    let hedge = is_hedge_agent(&request.user_agent);
     match (identity, hedge) {
         (Some(identity), true) => format!(" (hedge, {identity})"),
         (Some(identity), false) if Some(identity) != holder => format!(" ({identity})"),
