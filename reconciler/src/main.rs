@@ -1,3 +1,6 @@
+//! The reconciler's entry point: parses the command line and runs the library's `main` as a
+//! task of the runtime's worker pool.
+
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -17,7 +20,23 @@ async fn main() -> ExitCode {
             };
         }
     };
-    match namespace_baseline_reconciler::main(cli).await {
+    // Spawned onto the worker pool, not run here: the future `#[tokio::main]` blocks on
+    // runs on the main thread, outside the pool that drives the sockets, so the controller
+    // polled in it (run.rs drives each term in place) was woken across threads for every
+    // watch event and every answer, a futex wake and a context switch each way. That thread
+    // took 15 % of a drift repair's CPU; on the pool a repair costs 8 % less (BENCHMARKS.md,
+    // "Drift repair"). A panic stays a panic.
+    let result = match tokio::spawn(namespace_baseline_reconciler::main(cli)).await {
+        Ok(result) => result,
+        Err(error) => match error.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {}", error.report());
