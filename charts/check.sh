@@ -105,6 +105,19 @@ refused "an unwalled threshold of 0 s" "at '/prometheusRule/unwalledAfterSeconds
 refused "a canary without its labels" "at '/probe/canaries/0'" -f <(printf 'probe:\n  canaries:\n    - {baseline: a, namespace: a-canary}\n')
 refused "a label value that is not a string" "at '/commonLabels/example.com~1critical'" --set commonLabels.example\\.com/critical=true
 
+# Chart.yaml's kubeVersion: the oldest Kubernetes the docs claim, and a provider's pre-release
+# suffix admitted.
+nsb_say "kubeVersion: Kubernetes 1.29 refused, 1.30.0 and a provider's 1.30 build accepted"
+if message="$("$HELM" template namespace-baseline "$CHART" -f "$ROOT/charts/tests/api-door.yaml" --kube-version 1.29.9 2>&1 >/dev/null)"; then
+  echo "!! the chart rendered for Kubernetes 1.29.9: Chart.yaml's kubeVersion should refuse it" >&2; exit 1
+fi
+grep -qF "chart requires kubeVersion: >=1.30.0-0" <<<"$message" ||
+  { echo "!! Kubernetes 1.29.9 failed, but not by kubeVersion: $message" >&2; exit 1; }
+for version in 1.30.0 v1.30.4-eks-a737599; do
+  "$HELM" template namespace-baseline "$CHART" -f "$ROOT/charts/tests/api-door.yaml" --kube-version "$version" 2> >(quiet) >/dev/null ||
+    { echo "!! the chart does not render for Kubernetes $version" >&2; exit 1; }
+done
+
 # The API door is made per cluster: deploy/ leaves it to `api-door -o manifest`, which
 # charts/tests/api-door-policy.yaml is the output of for the endpoint of api-door.yaml (a
 # reconciler test checks that).
