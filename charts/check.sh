@@ -6,7 +6,9 @@
 #
 # Usage: charts/check.sh [--out DIR]
 #   --out DIR  keep the renderings there (default.yaml, minimal.yaml, everything.yaml), e.g.
-#              for e2e-tests/manifests-check.sh to apply them; default: a temporary directory
+#              for e2e-tests/manifests-check.sh to apply them, and cilium/cilium.yaml (in a
+#              directory of its own: it needs Cilium's CRDs, so it is not applied); default: a
+#              temporary directory
 #
 # Builds helm (charts/install-helm.sh, cached) and nsb-manifests (cargo) when needed.
 # Environment: CARGO (default cargo), CARGO_TARGET_DIR, HELM_VERSION, NSB_CACHE_DIR.
@@ -92,6 +94,7 @@ refused "an IPv6 listen host without brackets" "at '/reconciler/listenHost'" --s
 refused "a policy mode of another case" "at '/admissionPolicy/mode'" --set admissionPolicy.mode=Protect
 refused "a failure policy of another case" "at '/admissionPolicy/failurePolicy'" --set admissionPolicy.failurePolicy=fail
 refused "a webhook timeout over 30 s" "at '/admissionPolicy/timeoutSeconds'" --set admissionPolicy.timeoutSeconds=60
+refused "a misspelt Cilium door key" "at '/reconciler/networkPolicy/cilium': additional properties 'enable' not allowed" --set reconciler.networkPolicy.cilium.enable=true
 refused "a PodMonitor interval in words" "at '/reconciler/podMonitor/interval'" --set reconciler.podMonitor.interval=thirty
 refused "a misspelt PodMonitor key" "at '/reconciler/podMonitor': additional properties 'intervall' not allowed" --set reconciler.podMonitor.intervall=1m
 refused "a zero probe interval" "at '/probe/interval'" --set probe.interval=0s
@@ -131,6 +134,21 @@ for values in "$ROOT"/charts/tests/{everything,minimal}.yaml; do
   "$HELM" template namespace-baseline "$CHART" --include-crds -f "$values" 2> >(quiet) >"$OUT/$name.yaml"
   echo "   $(grep -c '^kind:' "$OUT/$name.yaml") objects"
 done
+mkdir -p "$OUT/cilium"
+nsb_say "helm template -f charts/tests/cilium.yaml (the API door on Cilium) against deploy/cilium/api-door.yaml"
+"$HELM" template namespace-baseline "$CHART" --include-crds -f "$ROOT/charts/tests/cilium.yaml" 2> >(quiet) >"$OUT/cilium/cilium.yaml"
+documents_of_kind() { # $1: rendering, $2: a kind; its documents, each after a ---
+  awk -v want="$2" '/^---/ { if (doc ~ ("\nkind: " want "\n")) printf "---%s\n", doc; doc = ""; next }
+     { doc = doc "\n" $0 }
+     END { if (doc ~ ("\nkind: " want "\n")) printf "---%s\n", doc }' "$1"
+}
+documents_of_kind "$OUT/cilium/cilium.yaml" CiliumNetworkPolicy >"$OUT/cilium/cilium-api-door.yaml"
+"$MANIFESTS" compare "$OUT/cilium/cilium-api-door.yaml" --against "$ROOT/deploy/cilium/api-door.yaml"
+if message="$("$HELM" template namespace-baseline "$CHART" --set reconciler.networkPolicy.cilium.enabled=true 2>&1 >/dev/null)"; then
+  echo "!! the Cilium door rendered without the API server's ports" >&2; exit 1
+fi
+grep -qF 'needs reconciler.networkPolicy.apiServer.ports' <<<"$message" ||
+  { echo "!! the Cilium door's failure does not name the ports: $message" >&2; exit 1; }
 
 # What the variants must say, beyond rendering.
 expect() { grep -qF -- "$2" "$OUT/$1.yaml" || { echo "!! $1.yaml lacks: $2" >&2; exit 1; }; }
@@ -192,6 +210,14 @@ expect everything "example.com/guard: \"nsb-everything\""
 [[ $(grep -c '^    resources: \["pods"\]$' "$OUT/everything.yaml") == 3 ]] ||
   { echo "!! everything.yaml: one probe Role (pods) in each of the 3 probe namespaces expected" >&2; exit 1; }
 no_line minimal '--probe-'
+# The Cilium door alone: the kube-apiserver entity on the port, no ipBlock door, so neither
+# --api-door-policy nor the Role that lets the reconciler check that door.
+expect cilium/cilium "- kube-apiserver"
+expect cilium/cilium '- port: "6443"'
+no_line cilium/cilium '--api-door-policy'
+[[ $(grep -c '^kind: NetworkPolicy$' "$OUT/cilium/cilium.yaml") == 1 ]] ||
+  { echo "!! cilium.yaml: only the ingress NetworkPolicy expected, no ipBlock API door" >&2; exit 1; }
+no_line cilium/cilium '^  namespace: default$'
 # deploy/admission-policy.yaml equals the default rendering, whose rules, mutating,
 # backgroundAudit and contextAwareResources are read from metadata.yml: so it matches
 # metadata.yml. What the design also asks of it:

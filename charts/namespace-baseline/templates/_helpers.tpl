@@ -12,6 +12,15 @@ app.kubernetes.io/part-of: namespace-baseline
 app.kubernetes.io/name: {{ .Values.reconciler.name }}
 {{- end }}
 
+{{/* Whether the reconciler's NetworkPolicy door to the API server (an ipBlock per endpoint) is
+rendered, with --api-door-policy and the Role that lets the reconciler check it: with
+networkPolicy.enabled, unless the Cilium door stands in for it (networkPolicy.cilium.enabled
+and no addresses given). "true" or empty. */}}
+{{- define "nsb.ipApiDoor" -}}
+{{- $np := .Values.reconciler.networkPolicy -}}
+{{- if and $np.enabled (or (not $np.cilium.enabled) $np.apiServer.addresses) -}}true{{- end -}}
+{{- end }}
+
 {{- define "nsb.namespace" -}}
 {{ .Values.namespace.name }}
 {{- end }}
