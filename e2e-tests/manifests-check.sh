@@ -22,7 +22,9 @@
 #      the renderings of charts/tests/*.yaml for real (their names do not collide);
 #    - manifests that must be refused (a misspelt policy field, a `!=` namespaceLabel), with
 #      dryRun=All: proof that the validation bites;
-#    - `helm upgrade` and `helm uninstall` of the release.
+#    - `helm upgrade` of the release; an upgrade to `admissionPolicy.mode=monitor` and one to
+#      another `admissionPolicy.policyServer`, both refused by the chart before anything
+#      changes (Kubewarden refuses both on an existing policy); `helm uninstall`.
 #
 # Environment: CARGO, CARGO_TARGET_DIR, TEST_KUBECONFIG, KEEP_STATE=1 (keep the control
 # plane's directory), NSB_CACHE_DIR, HELM_VERSION.
@@ -145,5 +147,20 @@ done
 nsb_say "helm upgrade (--set reconciler.concurrency=8) and helm uninstall"
 helm upgrade namespace-baseline charts/namespace-baseline --namespace default --reuse-values \
   --set reconciler.concurrency=8 | sed -n 's/^\(STATUS\|REVISION\): /   helm: \1 /p'
+# What Kubewarden refuses on an existing ClusterAdmissionPolicy (protect -> monitor; another
+# PolicyServer), the chart refuses first, reading the live policy (Helm's lookup), naming the
+# way that works (docs/upgrade.md).
+for change in "admissionPolicy.mode=monitor|Kubewarden refuses protect -> monitor" \
+  "admissionPolicy.policyServer=reserved|Kubewarden refuses to move an existing policy"; do
+  set_value="${change%%|*}" fragment="${change#*|}"
+  nsb_say "helm upgrade --set $set_value is refused by the chart, nothing changed"
+  if out="$("$HELM" upgrade namespace-baseline charts/namespace-baseline --namespace default --reuse-values \
+    --set "$set_value" 2>&1)"; then
+    echo "$out" >&2; echo "!! helm upgrade --set $set_value passed: the chart should refuse it" >&2; exit 1
+  fi
+  grep -qF -- "$fragment" <<<"$out" ||
+    { echo "!! helm upgrade --set $set_value failed, but not by the chart's guard: $out" >&2; exit 1; }
+  echo "   refused: $(grep -oF -- "$fragment" <<<"$out" | head -n 1)"
+done
 helm uninstall namespace-baseline --namespace default | sed 's/^/   helm: /'
 nsb_say "manifests check passed"
