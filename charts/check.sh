@@ -94,6 +94,7 @@ refused "an IPv6 listen host without brackets" "at '/reconciler/listenHost'" --s
 refused "a policy mode of another case" "at '/admissionPolicy/mode'" --set admissionPolicy.mode=Protect
 refused "a failure policy of another case" "at '/admissionPolicy/failurePolicy'" --set admissionPolicy.failurePolicy=fail
 refused "a webhook timeout over 30 s" "at '/admissionPolicy/timeoutSeconds'" --set admissionPolicy.timeoutSeconds=60
+refused "a webhook timeout under Kubewarden's 2 s" "at '/admissionPolicy/timeoutSeconds'" --set admissionPolicy.timeoutSeconds=1
 refused "a misspelt Cilium door key" "at '/reconciler/networkPolicy/cilium': additional properties 'enable' not allowed" --set reconciler.networkPolicy.cilium.enable=true
 refused "a PodMonitor interval in words" "at '/reconciler/podMonitor/interval'" --set reconciler.podMonitor.interval=thirty
 refused "a misspelt PodMonitor key" "at '/reconciler/podMonitor': additional properties 'intervall' not allowed" --set reconciler.podMonitor.intervall=1m
