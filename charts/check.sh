@@ -96,6 +96,7 @@ refused "a failure policy of another case" "at '/admissionPolicy/failurePolicy'"
 refused "a webhook timeout over 30 s" "at '/admissionPolicy/timeoutSeconds'" --set admissionPolicy.timeoutSeconds=60
 refused "a webhook timeout under Kubewarden's 2 s" "at '/admissionPolicy/timeoutSeconds'" --set admissionPolicy.timeoutSeconds=1
 refused "a misspelt Cilium door key" "at '/reconciler/networkPolicy/cilium': additional properties 'enable' not allowed" --set reconciler.networkPolicy.cilium.enable=true
+refused "a slow-webhook threshold of 0 s" "at '/prometheusRule/admission/slowSeconds'" --set prometheusRule.admission.slowSeconds=0
 refused "a PodMonitor interval in words" "at '/reconciler/podMonitor/interval'" --set reconciler.podMonitor.interval=thirty
 refused "a misspelt PodMonitor key" "at '/reconciler/podMonitor': additional properties 'intervall' not allowed" --set reconciler.podMonitor.intervall=1m
 refused "a zero probe interval" "at '/probe/interval'" --set probe.interval=0s
@@ -219,6 +220,12 @@ no_line cilium/cilium '--api-door-policy'
 [[ $(grep -c '^kind: NetworkPolicy$' "$OUT/cilium/cilium.yaml") == 1 ]] ||
   { echo "!! cilium.yaml: only the ingress NetworkPolicy expected, no ipBlock API door" >&2; exit 1; }
 no_line cilium/cilium '^  namespace: default$'
+# The admission alerts (prometheusRule.admission), on the webhooks of the release's policies.
+expect everything "alert: NamespaceBaselineAdmissionWebhookFailing"
+expect everything 'name=~"clusterwide-nsb-everything\\.kubewarden\\.admission|clusterwide-nsb-everything-pods\\.kubewarden\\.admission"'
+expect everything "> 0.5"
+expect everything "alert: NamespaceBaselineAdmissionPolicyNotActive"
+no_line default 'NamespaceBaselineAdmission'
 # deploy/admission-policy.yaml equals the default rendering, whose rules, mutating,
 # backgroundAudit and contextAwareResources are read from metadata.yml: so it matches
 # metadata.yml. What the design also asks of it:

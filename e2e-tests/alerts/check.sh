@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The alert rules' check (`make alerts-check`), as users' tools check rules: the chart's
-# PrometheusRule rendered at its default values (render.sh), then
+# PrometheusRule rendered at its default values with the admission alerts switched on
+# (prometheusRule.admission.enabled and .kubewardenTelemetry; render.sh), then
 #   1. `promtool check rules --lint=all --lint-fatal`: the rule file and its PromQL (also as
 #      charts/tests/everything.yaml renders it: other thresholds, labels and runbook page; and
 #      minimal.yaml: no system baseline, so the hole alert without the chart's own door);
 #   2. `promtool test rules tests.yaml`: each alert fired (pending first where it has a
 #      `for:`) with its labels and annotations, and quiet on a healthy install;
 #   3. every metric the rules and their tests name is one the reconciler exports
-#      (reconciler/tests/alert_metrics.rs, against the registry /metrics serves).
+#      (reconciler/tests/alert_metrics.rs, against the registry /metrics serves), or, on the
+#      admission side, one of the API server's or Kubewarden's in that test's declared list.
 # promtool comes from build.sh (built from the Go module proxy on first use, cached).
 #
 # Usage: e2e-tests/alerts/check.sh [--keep DIR]   (DIR: keep the rendered rules there)
@@ -31,10 +33,11 @@ case "${1:-}" in
 esac
 
 PROMTOOL="$("$HERE/build.sh" | tail -n 1)/promtool"
-"$HERE/render.sh" "$WORK/rules.yaml"
+ADMISSION=(--set prometheusRule.admission.enabled=true --set prometheusRule.admission.kubewardenTelemetry=true)
+"$HERE/render.sh" "$WORK/rules.yaml" "${ADMISSION[@]}"
 cp "$HERE/tests.yaml" "$WORK/tests.yaml"
 
-log "promtool check rules (the chart's PrometheusRule: default values, charts/tests/everything.yaml's and minimal.yaml's)"
+log "promtool check rules (the chart's PrometheusRule: default values and the admission alerts, charts/tests/everything.yaml's and minimal.yaml's)"
 "$PROMTOOL" check rules --lint=all --lint-fatal "$WORK/rules.yaml" | sed 's/^/   /'
 for variant in everything minimal; do
   "$HERE/render.sh" "$WORK/$variant-rules.yaml" -f "$ROOT/charts/tests/$variant.yaml"
