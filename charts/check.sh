@@ -190,6 +190,9 @@ no_line everything-admission-policy '^ *namespaceSelector:'
 no_line everything-admission-policy '^ *- pods$'
 expect everything-pods-policy "namespaceSelector:"
 expect everything-pods-policy 'values: ["kube-system","kube-public","kube-node-lease"'
+# Kubewarden's namespace is policyServerAccess.namespace, never a hard-coded kubewarden.
+expect everything-pods-policy '"nsb-everything","kubewarden-system","cni-system"]'
+no_line everything-pods-policy '"kubewarden"'
 expect everything-pods-policy "key: hedronite.io/pod-gate"
 for kind in Namespace Role RoleBinding NetworkPolicy PodDisruptionBudget NamespaceBaseline ClusterAdmissionPolicy PodMonitor PrometheusRule; do
   no_kind minimal "$kind"
