@@ -141,7 +141,9 @@ fn every_admission_metric_the_alert_rules_and_their_tests_name_is_a_known_one() 
     );
     for (name, source) in ADMISSION_METRICS {
         assert!(
-            ADMISSION_PREFIXES.iter().any(|prefix| name.starts_with(prefix)),
+            ADMISSION_PREFIXES
+                .iter()
+                .any(|prefix| name.starts_with(prefix)),
             "{name} has none of the prefixes {ADMISSION_PREFIXES:?}"
         );
         assert!(!source.is_empty(), "{name}: say where it comes from");
