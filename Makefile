@@ -404,7 +404,8 @@ image: reconciler-static
 # Publishes the image (`make image` first: `make image push REGISTRY=...`) and the policy,
 # annotated and pushed with kwctl only (policy-server refuses the plain module), and prints
 # both digests with the helm command that pins them. `make push-policy REGISTRY=...`: the
-# policy alone. TLS_VERIFY=false: a registry over plain HTTP.
+# policy alone. TLS_VERIFY=false: a registry over plain HTTP. SOURCES=sources.yaml: kwctl's
+# sources file for the policy (a registry with its own CA: source_authorities).
 .PHONY: push push-policy
 push push-policy:
 	@test -n '$(REGISTRY)' || { echo "!! make $@ needs REGISTRY, e.g. make image push REGISTRY=registry.example.com/team" >&2; exit 1; }

@@ -13,9 +13,11 @@
 # the chart test (n4) installs the Helm chart with the reconciler image built by `make image`
 # (its archive imported into containerd), and fails loudly when there is no such target.
 #
-# The admission chain tests (n8, n9) run the annotated module in Kubewarden's policy-server 1.35
-# (as the cluster tests do); n8 runs netprobe inside its pods (a static (musl) build, mounted
-# read-only), n9 kills the policy-server and starts it again (the outage of issue 36).
+# Kubewarden 1.35 is installed on the node from its own charts (node/kubewarden.sh), the policy
+# pushed to the node's registry; the admission chain tests (n8, n9, n10, n11) apply the
+# ClusterAdmissionPolicies and the controller runs them in its PolicyServer's pods; n8 runs
+# netprobe inside its pods (a static (musl) build, mounted read-only), n9 takes the
+# policy-server's pods away and brings them back (the outage of issue 36).
 #
 # Environment: CARGO, CARGO_TARGET_DIR, NSB_RECONCILER_LOG, NSB_DRIFT_REPEATS (default 25),
 # POLICY_SERVER, KWCTL and ANNOTATED_WASM (session.sh), NSB_N8_ROUNDS (default 30).
@@ -64,6 +66,10 @@ else
 fi
 export NSB_HELM_BIN
 NSB_HELM_BIN="$("$ROOT/charts/install-helm.sh" | tail -n 1)"
+# cosign (from its Go module, cached) and kwctl sign and verify the module (n11).
+export NSB_COSIGN_BIN KWCTL
+NSB_COSIGN_BIN="$("$ROOT/e2e-tests/kubewarden/build-cosign.sh" | tail -n 1)"
+KWCTL="$("$ROOT/e2e-tests/kubewarden/install.sh" kwctl | tail -n 1)"
 # Prometheus for n7's live alert check (e2e-tests/alerts/build.sh: from its Go module, cached).
 export NSB_PROMETHEUS_DIR
 NSB_PROMETHEUS_DIR="$("$ROOT/e2e-tests/alerts/build.sh" | tail -n 1)"
@@ -83,6 +89,18 @@ nsb_say "building (or reusing) and starting the node"
 t0=$EPOCHREALTIME
 NODE_STATE="$(NSB_NODE_EXTRA_IMAGES="$extra_images" "$ROOT/e2e-tests/node/start.sh" | tail -n 1)"
 nsb_say "node up in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s (state $NODE_STATE)"
+# Kubewarden as users install it (its three charts, the policy pushed to the node's registry):
+# every admission chain of the node tests runs through its controller and PolicyServer.
+# NSB_NODE_KUBEWARDEN=0 skips it (a hand run of tests that need no admission chain; those that
+# do then fail, saying so).
+if [[ "${NSB_NODE_KUBEWARDEN:-1}" != 0 ]]; then
+  nsb_say "installing Kubewarden from its charts (e2e-tests/node/kubewarden.sh)"
+  t0=$EPOCHREALTIME
+  # shellcheck disable=SC1091
+  nsenter --target "$(. "$NODE_STATE/env" && echo "$NSB_NODE_HOLDER_PID")" --net -- \
+    "$ROOT/e2e-tests/node/kubewarden.sh" "$NODE_STATE"
+  nsb_say "Kubewarden installed in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+fi
 set -a
 # shellcheck disable=SC1091
 . "$NODE_STATE/env"

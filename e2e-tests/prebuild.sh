@@ -51,6 +51,7 @@ step wasm-bindgen-cli "$MAKE" -C "$ROOT" --no-print-directory wasm-bindgen-cli
 step "kube-apiserver and etcd" "$ROOT/e2e-tests/control-plane/build.sh"
 step "the node's binaries and images" "$ROOT/e2e-tests/node/build.sh"
 step helm "$ROOT/charts/install-helm.sh"
+step cosign "$ROOT/e2e-tests/kubewarden/build-cosign.sh"
 step "promtool and prometheus" "$ROOT/e2e-tests/alerts/build.sh"
 ((ci_checks)) && step cargo-hakari "$MAKE" -C "$ROOT" --no-print-directory cargo-hakari
 # Then the checks that come last and build in their own target directories (never holding

@@ -75,7 +75,15 @@ subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes,DNS:kuberne
 EOF
   openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
     -extfile apiserver.ext -out apiserver.crt 2>/dev/null
-  rm -f apiserver.csr apiserver.ext ca.srl
+  rm -f apiserver.csr apiserver.ext
+  # The API server's client certificate for kubelets (logs, exec, port-forward: `kubectl logs`
+  # on the test node, whose kubelet trusts this CA); unused where no kubelet runs.
+  openssl req -new "${ec[@]}" -keyout kubelet-client.key -out kubelet-client.csr \
+    -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+  openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
+    -extfile <(printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n') \
+    -out kubelet-client.crt 2>/dev/null
+  rm -f kubelet-client.csr ca.srl
   # Service-account token signing key pair (ES256).
   openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out sa.key 2>/dev/null
   openssl pkey -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -172,6 +180,8 @@ write_apiserver_script() {
     --tls-cert-file="$STATE_DIR/apiserver.crt" \
     --tls-private-key-file="$STATE_DIR/apiserver.key" \
     --client-ca-file="$STATE_DIR/ca.crt" \
+    --kubelet-client-certificate="$STATE_DIR/kubelet-client.crt" \
+    --kubelet-client-key="$STATE_DIR/kubelet-client.key" \
     --token-auth-file="$STATE_DIR/tokens.csv" \
     --authorization-mode=RBAC \
     --service-account-key-file="$STATE_DIR/sa.pub" \

@@ -13,6 +13,8 @@
 # `docker login` (kwctl reads the same ~/.docker/config.json or $REGISTRY_AUTH_FILE as
 # docker). TLS_VERIFY=false for a registry without TLS (plain HTTP): podman/buildah's
 # --tls-verify=false, and for kwctl a sources file naming the policy's registry insecure.
+# SOURCES=FILE: kwctl's sources file for the policy's push (Kubewarden's sources.yaml: a
+# registry's own CA under source_authorities, as the PolicyServer's sourceAuthorities).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -43,7 +45,10 @@ trap 'rm -rf "$work"' EXIT
 
 push_policy() {
   local sources=()
-  if [[ "$tls_verify" == false ]]; then
+  if [[ -n "${SOURCES:-}" ]]; then
+    [[ -s "$SOURCES" ]] || { echo "!! SOURCES=$SOURCES: no such kwctl sources file" >&2; exit 1; }
+    sources=(--sources-path "$SOURCES")
+  elif [[ "$tls_verify" == false ]]; then
     printf 'insecure_sources:\n  - "%s"\n' "${policy%%/*}" >"$work/sources.yaml"
     sources=(--sources-path "$work/sources.yaml")
   fi

@@ -7,6 +7,10 @@
 # Usage: e2e-tests/kubewarden/install.sh                 # prints the directory holding both
 #        e2e-tests/kubewarden/install.sh kwctl           # prints the path of kwctl
 #        e2e-tests/kubewarden/install.sh policy-server   # prints the path of policy-server
+#        e2e-tests/kubewarden/install.sh stack           # prints the directory of the whole
+#                                                        # stack the test node installs: the two,
+#                                                        # kubewarden-controller, audit-scanner
+#                                                        # and charts/ (its three Helm charts)
 #        e2e-tests/kubewarden/install.sh --check         # writes nothing: fails, saying what
 #                                                        # to do, when it could not supply them
 # The answer is the last line on stdout; progress and errors go to stderr.
@@ -18,6 +22,8 @@
 #   3. ${NSB_CACHE_DIR:-~/.cache/namespace-baseline}/kubewarden/1.35.0/, unpacked there from
 #      NSB_KUBEWARDEN_TOOLS (default: ../shared/tools/kubewarden beside this repository) by that
 #      directory's own `install` script, which checks them against its SHA256SUMS.
+# The stack (the controller, the audit scanner, the charts) comes only from 3.: the test node
+# builds its images from those programs, so that the charts install unchanged.
 # In directory mode, when the two come from different places, the directory printed is one of
 # symbolic links to them (under the cache, named by a hash of their paths).
 set -euo pipefail
@@ -33,9 +39,9 @@ die() { echo "!! kubewarden: $*" >&2; exit 1; }
 want=${1:-dir}
 check_only=0
 case $want in
-dir | kwctl | policy-server) ;;
+dir | kwctl | policy-server | stack) ;;
 --check) want=dir check_only=1 ;;
-*) echo "usage: $0 [kwctl|policy-server|--check]" >&2; exit 2 ;;
+*) echo "usage: $0 [kwctl|policy-server|stack|--check]" >&2; exit 2 ;;
 esac
 
 version_of() { "$1" --version 2>/dev/null | head -1 | awk '{print $2}'; }
@@ -86,6 +92,14 @@ resolve() {
 }
 
 case $want in
+stack)
+  from_cache
+  for file in kubewarden-controller audit-scanner policy-server charts/kubewarden-crds-1.27.0.tgz \
+    charts/kubewarden-controller-5.13.0.tgz charts/kubewarden-defaults-3.13.0.tgz; do
+    [[ -e $DIR/$file ]] || die "$DIR/$file is missing: $TOOLS/install did not unpack the whole stack"
+  done
+  echo "$DIR"
+  ;;
 kwctl) resolve "${KWCTL:-}" kwctl ;;
 policy-server) resolve "${POLICY_SERVER:-}" policy-server ;;
 dir)

@@ -6,7 +6,10 @@
 #   kube-router  (Go module github.com/cloudnativelabs/kube-router/v2; only its NetworkPolicy
 #                 firewall runs, see README.md for why not kube-network-policies)
 #   pause        (pause/, standard library only)
-# and the offline images (OCI archives): pause, test-tools (Debian's busybox-static), coredns.
+# and the offline images (OCI archives): pause, test-tools (Debian's busybox-static), coredns,
+# and Kubewarden 1.35.0's kubewarden-controller, audit-scanner and policy-server, from the
+# programs of e2e-tests/kubewarden/install.sh (nothing of them is built here), named as
+# Kubewarden's charts name them, so that the charts install unchanged.
 #
 # Usage: build.sh [--force]
 # Everything goes to ${NSB_CACHE_DIR:-~/.cache/namespace-baseline}/<tool>/<version>/; progress
@@ -152,6 +155,30 @@ image test-tools "$NSB_IMAGE_TOOLS" '{"Cmd":["/bin/sh"],"Env":["PATH=/bin"]}' \
   "$BUSYBOX:/bin/busybox" "${TOOLS_LINKS[@]}"
 image coredns "$NSB_IMAGE_COREDNS" '{"Entrypoint":["/coredns"],"ExposedPorts":{"53/tcp":{},"53/udp":{}}}' \
   "$NSB_COREDNS_BIN/coredns:/coredns"
+
+# Kubewarden's images, from its own programs: the controller and the audit scanner are static;
+# policy-server is linked against glibc, so its image carries the shared libraries `ldd`
+# names (Debian 12's, the system it was built on) where the loader looks for them. Users and
+# entrypoints are those of Kubewarden's own images (the controller's chart and the
+# PolicyServer's Deployment run them with runAsNonRoot and no runAsUser).
+KUBEWARDEN_STACK="$("$HERE/../kubewarden/install.sh" stack | tail -n 1)"
+image kubewarden-controller "$NSB_IMAGE_KUBEWARDEN_CONTROLLER" '{"Entrypoint":["/controller"],"User":"65532:65532"}' \
+  "$KUBEWARDEN_STACK/kubewarden-controller:/controller"
+image audit-scanner "$NSB_IMAGE_AUDIT_SCANNER" '{"Entrypoint":["/audit-scanner"],"User":"65532:65532"}' \
+  "$KUBEWARDEN_STACK/audit-scanner:/audit-scanner"
+POLICY_SERVER_LIBS=()
+while read -r lib; do
+  POLICY_SERVER_LIBS+=("$lib:$lib")
+done < <(ldd "$KUBEWARDEN_STACK/policy-server" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*ld-linux/ { print $1 }')
+((${#POLICY_SERVER_LIBS[@]} == 4)) ||
+  nsb_die "policy-server: ldd listed ${#POLICY_SERVER_LIBS[@]} shared libraries, 4 expected: $(ldd "$KUBEWARDEN_STACK/policy-server" | tr '\n' ' ')"
+# It also needs a CA bundle, as Kubewarden's own image carries one: its HTTP client loads the
+# system's roots at start and panics without any ("No CA certificates were loaded from the
+# system"), even when every registry it pulls from has its CA in sourceAuthorities.
+CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+[[ -s "$CA_BUNDLE" ]] || nsb_die "no $CA_BUNDLE: apt-get install ca-certificates"
+image policy-server "$NSB_IMAGE_POLICY_SERVER" '{"Entrypoint":["/policy-server"],"User":"65533:65533"}' \
+  "$KUBEWARDEN_STACK/policy-server:/policy-server" "${POLICY_SERVER_LIBS[@]}" "$CA_BUNDLE:$CA_BUNDLE"
 
 log "node binaries: $NSB_K8S_NODE_BIN, $NSB_COREDNS_BIN, $NSB_KUBE_ROUTER_BIN, $NSB_PAUSE_BIN; images: $IMAGES_DIR"
 echo "$IMAGES_DIR"

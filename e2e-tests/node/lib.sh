@@ -26,6 +26,12 @@ NSB_PAUSE_BIN="$NSB_CACHE_ROOT/pause/$NSB_PAUSE_VERSION"
 NSB_IMAGE_PAUSE="registry.local/nsb/pause:$NSB_PAUSE_VERSION"
 NSB_IMAGE_TOOLS="registry.local/nsb/test-tools:busybox-1.35"
 NSB_IMAGE_COREDNS="registry.local/nsb/coredns:$NSB_COREDNS_VERSION"
+# Kubewarden's, under the names its charts give them (ghcr.io is their default registry).
+NSB_KUBEWARDEN_VERSION=v1.35.0
+NSB_IMAGE_KUBEWARDEN_CONTROLLER="ghcr.io/kubewarden/kubewarden-controller:$NSB_KUBEWARDEN_VERSION"
+NSB_IMAGE_AUDIT_SCANNER="ghcr.io/kubewarden/audit-scanner:$NSB_KUBEWARDEN_VERSION"
+NSB_IMAGE_POLICY_SERVER="ghcr.io/kubewarden/policy-server:$NSB_KUBEWARDEN_VERSION"
+NSB_NODE_IMAGES=(pause test-tools coredns kubewarden-controller audit-scanner policy-server)
 
 # The node's network, all inside the node's own network namespace (start.sh): the bridge
 # carries the node's address (the API server's advertise address, the kubelet's node IP) and
@@ -40,7 +46,7 @@ NSB_CLUSTER_DNS=10.0.0.10
 NSB_APISERVER_NODE_PORT=6443
 
 # Debian packages the node needs (install-deps.sh installs them).
-NSB_NODE_APT_PACKAGES=(containerd runc containernetworking-plugins busybox-static nftables iptables ipset conntrack iproute2 util-linux)
+NSB_NODE_APT_PACKAGES=(containerd runc containernetworking-plugins busybox-static ca-certificates nftables iptables ipset conntrack iproute2 util-linux)
 NSB_CNI_BIN_DIR=/usr/lib/cni
 
 # The cgroup v1 controllers the kubelet's cgroup root is created in (and removed from).

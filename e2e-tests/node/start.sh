@@ -80,7 +80,7 @@ trap cleanup_on_failure EXIT
 
 cd "$STATE_DIR"
 mkdir -p cni/net.d cni/ipam containerd/root containerd/state kubelet pod-logs images
-for image in pause test-tools coredns; do ln -s "$(readlink -f "$IMAGES_DIR/$image.tar")" "images/$image.tar"; done
+for image in "${NSB_NODE_IMAGES[@]}"; do ln -s "$(readlink -f "$IMAGES_DIR/$image.tar")" "images/$image.tar"; done
 
 # --- the holder: the node's network and mount namespaces -----------------------------
 cat >holder.sh <<EOF

@@ -327,11 +327,56 @@ async fn wait_denied(kubeconfig: &Path, group: &str, resource: &str) -> Result<(
     Ok(())
 }
 
+/// Waits until the API server sends Pod CREATEs in `namespace` to the policy-server
+/// (`judged`), or no longer does (three in a row not reviewed), from dry-run creates whose
+/// reviews `reviewed` looks for in the policy-server's debug log: a webhook's answer is logged
+/// before the API server answers the create. Returns how long it took.
+pub async fn wait_pods_judged(
+    client: &Client,
+    namespace: &str,
+    judged: bool,
+    timeout: Duration,
+    reviewed: impl AsyncFn(&str) -> Result<bool>,
+) -> Result<Duration> {
+    let attempt = std::cell::Cell::new(0);
+    let unreviewed_in_a_row = std::cell::Cell::new(0);
+    let what = format!(
+        "Pod CREATEs in {namespace} {} policy-server",
+        if judged {
+            "sent to"
+        } else {
+            "no longer sent to"
+        }
+    );
+    let reviewed = &reviewed;
+    let (_, took) = wait_until(&what, timeout, || {
+        attempt.set(attempt.get() + 1);
+        let name = format!("judged-check-{}", attempt.get());
+        let unreviewed_in_a_row = &unreviewed_in_a_row;
+        async move {
+            if let Err((code, message)) = dry_run_pod_create(client, namespace, &name).await? {
+                eprintln!("dry-run create of pod {namespace}/{name}: {code} {message}");
+            }
+            let reviewed = reviewed(&name).await?;
+            unreviewed_in_a_row.set(if reviewed {
+                0
+            } else {
+                unreviewed_in_a_row.get() + 1
+            });
+            let settled = if judged {
+                reviewed
+            } else {
+                unreviewed_in_a_row.get() >= 3
+            };
+            Ok(settled.then_some(()))
+        }
+    })
+    .await?;
+    Ok(took)
+}
+
 impl AdmissionChain {
-    /// Waits until the API server sends Pod CREATEs in `namespace` to policy-server
-    /// (`judged`), or no longer does (three in a row not reviewed), from dry-run creates
-    /// whose reviews are looked for in its debug log: a webhook's answer is logged before the
-    /// API server answers the create. Returns how long it took.
+    /// [`wait_pods_judged`] through this chain's policy-server (its debug log).
     pub async fn wait_pods_judged(
         &self,
         client: &Client,
@@ -339,40 +384,10 @@ impl AdmissionChain {
         judged: bool,
         timeout: Duration,
     ) -> Result<Duration> {
-        let attempt = std::cell::Cell::new(0);
-        let unreviewed_in_a_row = std::cell::Cell::new(0);
-        let what = format!(
-            "Pod CREATEs in {namespace} {} policy-server",
-            if judged {
-                "sent to"
-            } else {
-                "no longer sent to"
-            }
-        );
-        let (_, took) = wait_until(&what, timeout, || {
-            attempt.set(attempt.get() + 1);
-            let name = format!("judged-check-{}", attempt.get());
-            let unreviewed_in_a_row = &unreviewed_in_a_row;
-            async move {
-                if let Err((code, message)) = dry_run_pod_create(client, namespace, &name).await? {
-                    eprintln!("dry-run create of pod {namespace}/{name}: {code} {message}");
-                }
-                let reviewed = self.reviewed_pod(&name);
-                unreviewed_in_a_row.set(if reviewed {
-                    0
-                } else {
-                    unreviewed_in_a_row.get() + 1
-                });
-                let settled = if judged {
-                    reviewed
-                } else {
-                    unreviewed_in_a_row.get() >= 3
-                };
-                Ok(settled.then_some(()))
-            }
+        wait_pods_judged(client, namespace, judged, timeout, async |name: &str| {
+            Ok(self.reviewed_pod(name))
         })
-        .await?;
-        Ok(took)
+        .await
     }
 
     /// The policy whose rules send `resource` (`pods`, `networkpolicies`, `namespaces`) of the

@@ -47,6 +47,7 @@ pub use namespace_baseline_core::identity::{FIELD_MANAGER, deny_all_policy_name,
 pub mod admission;
 pub mod faults;
 pub mod flags;
+pub mod kubewarden_stack;
 pub mod leadership;
 pub mod repairs;
 pub mod window;
@@ -172,6 +173,7 @@ impl Cluster {
             work_dir,
         };
         cluster.install().await?;
+        cluster.remove_leftover_policies().await?;
         cluster.remove_leftover_admission_chain().await?;
         cluster.remove_all_baselines().await?;
         Ok(cluster)

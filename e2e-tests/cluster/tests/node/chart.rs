@@ -1,8 +1,9 @@
 //! The Helm chart (charts/namespace-baseline) installed on the test node as a user would
 //! install it: the reconciler image that node-tests.sh imported (`NSB_RECONCILER_IMAGE`), the
-//! API door that `api-door` prints for this cluster, the admission policy left out (the node
-//! has no Kubewarden). One installer for every node test that runs the chart (n4, n7): a
-//! test adds only the values that make it what it is.
+//! API door that `api-door` prints for this cluster, the admission policy left out (n10 applies
+//! the chart's ClusterAdmissionPolicies through the node's Kubewarden, rendered by
+//! [`template`]). One installer for every node test that runs the chart (n4, n7): a test adds
+//! only the values that make it what it is.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -131,9 +132,9 @@ pub(crate) fn template(values: &[String], show_only: &str) -> String {
     String::from_utf8(output.stdout).expect("helm template prints UTF-8")
 }
 
-/// The values of the release: this cluster's API door, no admission policy (no Kubewarden
-/// here), the reconciler image node-tests.sh imported, then the test's own `values`; and the
-/// door's text.
+/// The values of the release: this cluster's API door, no admission policy (the tests that
+/// need it apply it themselves), the reconciler image node-tests.sh imported, then the test's
+/// own `values`; and the door's text.
 fn release_values(values: &[String]) -> (Vec<String>, String) {
     let image = std::env::var("NSB_RECONCILER_IMAGE").unwrap_or_else(|_| {
         panic!(

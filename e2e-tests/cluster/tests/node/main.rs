@@ -15,6 +15,9 @@ mod chart;
 #[allow(dead_code)]
 #[path = "../cluster/common.rs"]
 mod common;
+mod n10_kubewarden;
+mod n11_signed;
+mod n12_rollouts;
 mod n1_wall;
 mod n2_dns;
 mod n3_drift;

@@ -22,7 +22,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use namespace_baseline_cluster_tests::admission::AdmissionChain;
+use namespace_baseline_cluster_tests::admission::ChainOptions;
+use namespace_baseline_cluster_tests::kubewarden_stack::{ACTIVE_WITHIN, ControllerChain};
 use namespace_baseline_cluster_tests::{
     AuditEvent, AuditMark, Cluster, Scenario, deny_all_policy_name, dns_policy_name,
 };
@@ -74,7 +75,7 @@ struct Bed<'a> {
     names: &'a Scenario,
     node: &'a Node,
     listener: &'a TestPod,
-    chain: &'a AdmissionChain,
+    chain: &'a ControllerChain,
 }
 
 /// One round: a Namespace and its Deployment applied, until the wall holds on the wire.
@@ -120,7 +121,7 @@ async fn n8_pods_wait_for_their_wall_and_the_enforcers_window_is_measured() {
         .expect("starting the reconciler");
     common::create_baseline(&cluster, &names.name, common::spec(&names)).await;
     let measured = cluster
-        .with_admission_chain(async |chain| {
+        .with_controller_chain(ChainOptions::default(), async |chain| {
             let bed = Bed {
                 cluster: &cluster,
                 names: &names,
@@ -205,14 +206,25 @@ fn report(gate: Gate, rounds: &[Round]) {
     );
 }
 
-/// Registers the chain as shipped (gate on) or without its Pod CREATE rule (off), and waits
-/// until the API server acts on it.
+/// Applies the policies as shipped (gate on: the Pod rule's ClusterAdmissionPolicy active) or
+/// deletes the Pod rule's (off), and waits until the API server acts on it.
 async fn set_gate(bed: &Bed<'_>, gate: Gate) {
-    match gate {
-        Gate::On => bed.chain.register().await,
-        Gate::Off => bed.chain.register_without("", "pods").await,
+    let pods_policy = &bed.chain.policy_for("", "pods").name;
+    let changed = match gate {
+        Gate::On => match bed.chain.apply_all().await {
+            Ok(()) => bed.chain.wait_active(ACTIVE_WITHIN).await,
+            Err(error) => Err(error),
+        },
+        Gate::Off => bed.chain.delete(pods_policy).await,
     }
-    .expect("registering the webhook configurations");
+    .expect("changing the ClusterAdmissionPolicies");
+    figure(
+        "n8",
+        format!(
+            "gate {}: the controller acted on the policies {changed:.1?} after the change",
+            gate.label()
+        ),
+    );
     // Dry-run creates of a pod in the listener's unguarded namespace, which the policy admits,
     // looked for in policy-server's reviews.
     let took = bed

@@ -5,10 +5,13 @@
 //! Fail): which pods still start, which are refused and with what message, and how soon the
 //! refused ones come back once it returns.
 //!
-//! The chain is installed as deploy/ installs it (both ClusterAdmissionPolicies of
-//! deploy/admission-policy.yaml, their webhook configurations as Kubewarden's controller
-//! renders them, `podsWaitForWall` on), the reconciler runs and a baseline guards one
-//! namespace. Then the policy-server is killed and, timed from that instant:
+//! The chain is installed as users install it: Kubewarden from its charts on the node, both
+//! ClusterAdmissionPolicies of deploy/admission-policy.yaml applied with the module pulled from
+//! the node's registry (`podsWaitForWall` on), active in the `default` PolicyServer, whose
+//! webhook configurations the controller made; the reconciler runs and a baseline guards one
+//! namespace. Then the outage as it happens in a cluster: the PolicyServer scaled to 0 (its
+//! Deployment follows, every policy-server pod goes) and, timed from the instant the last pod
+//! is gone:
 //! 1. a kube-system Deployment's pod is created and Running; a kube-system DaemonSet's pod is
 //!    deleted, re-created by its controller and Running;
 //! 2. a Deployment in a namespace labelled `hedronite.io/pod-gate=exempt` runs; a pod in an
@@ -19,7 +22,7 @@
 //! 4. a new namespace cannot be created at all (Namespace CREATE fails closed); a namespace
 //!    that a baseline created during the outage newly guards gets no wall (the reconciler's
 //!    NetworkPolicy write is refused), and its Deployment's pods are refused;
-//! 5. the policy-server is started again behind the same webhook configurations: every
+//! 5. the PolicyServer scaled back to 1, behind the same webhook configurations: every
 //!    refused Deployment reaches its replica (time from ready to Running, and how many of its
 //!    controller's attempts were refused), the new wall exists.
 //!
@@ -36,9 +39,8 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
-use namespace_baseline_cluster_tests::admission::{
-    AdmissionChain, ChainOptions, dry_run_pod_create,
-};
+use namespace_baseline_cluster_tests::admission::{ChainOptions, dry_run_pod_create};
+use namespace_baseline_cluster_tests::kubewarden_stack::ControllerChain;
 use namespace_baseline_cluster_tests::{
     AuditEvent, AuditMark, Cluster, SCENARIO_LABEL, Scenario, TEST_MANAGER, reconciler_username,
     wait_until,
@@ -164,7 +166,7 @@ async fn outlives_an_outage(scenario: &str, pod_scope: Option<&'static str>) {
     eprintln!("n9: the DaemonSet's pod {daemon_pod} Running after {took:.1?}");
 
     let outcome = cluster
-        .with_mutable_admission_chain(
+        .with_controller_chain(
             ChainOptions {
                 pod_scope,
                 ..ChainOptions::default()
@@ -206,7 +208,7 @@ async fn outlives_an_outage(scenario: &str, pod_scope: Option<&'static str>) {
 /// With the policy-server up: the Pod rule's selector as the design says (kube-system and the
 /// exempt namespace never sent, the others sent), and the label that opts out refused to a
 /// non-exempt identity.
-async fn before_the_outage(bed: &Bed<'_>, chain: &AdmissionChain) {
+async fn before_the_outage(bed: &Bed<'_>, chain: &ControllerChain) {
     let admin = &bed.cluster.admin;
     for (namespace, judged) in [
         ("kube-system", false),
@@ -251,11 +253,18 @@ async fn before_the_outage(bed: &Bed<'_>, chain: &AdmissionChain) {
 }
 
 /// The outage and the recovery (module comment, steps 1 to 5).
-async fn outage(bed: &Bed<'_>, chain: &mut AdmissionChain, daemon_pod: &str) {
+async fn outage(bed: &Bed<'_>, chain: &ControllerChain, daemon_pod: &str) {
     let admin = &bed.cluster.admin;
     let configurations_before = webhook_configurations(admin, chain).await;
     let mark = bed.cluster.audit.mark();
-    chain.policy_server.kill();
+    chain
+        .set_replicas(0)
+        .await
+        .expect("scaling the PolicyServer to 0");
+    let gone = chain
+        .wait_policy_server(0, Duration::from_secs(60))
+        .await
+        .expect("the policy-server's pods gone");
     let down = Instant::now();
     let at = |what: &str| {
         figure(
@@ -263,7 +272,15 @@ async fn outage(bed: &Bed<'_>, chain: &mut AdmissionChain, daemon_pod: &str) {
             format!("t+{:.1} s: {what}", down.elapsed().as_secs_f64()),
         )
     };
-    at("every policy-server replica killed; the webhook configurations stay");
+    at(&format!(
+        "the PolicyServer scaled to 0: its last pod gone {:.1} s after the scale; the webhook configurations stay",
+        gone.as_secs_f64()
+    ));
+    let statuses = chain.statuses().await.expect("the policies' status");
+    figure(
+        "n9",
+        format!("during the outage, what a user reads: policyStatus {statuses:?}"),
+    );
 
     // 1. The cluster's own pods.
     bed.cluster
@@ -430,15 +447,19 @@ async fn outage(bed: &Bed<'_>, chain: &mut AdmissionChain, daemon_pod: &str) {
         ),
     );
 
-    // 5. Back: the same configurations, a new process.
-    let ready_in = chain
-        .restart_policy_server()
+    // 5. Back: the same configurations, the PolicyServer scaled back.
+    chain
+        .set_replicas(1)
         .await
-        .expect("restarting the policy-server");
+        .expect("scaling the PolicyServer back to 1");
+    let ready_in = chain
+        .wait_policy_server(1, Duration::from_secs(120))
+        .await
+        .expect("the policy-server back");
     let ready = Instant::now();
     let ready_at = Timestamp::now();
     at(&format!(
-        "step 5: policy-server started again, ready in {:.2} s: the outage lasted {:.1} s",
+        "step 5: the PolicyServer scaled back to 1, its pod ready {:.2} s later: the outage lasted {:.1} s",
         ready_in.as_secs_f64(),
         down.elapsed().as_secs_f64()
     ));
@@ -529,7 +550,7 @@ async fn app_running(bed: &Bed<'_>, namespace: &str) -> (String, Duration) {
 
 /// A dry-run Pod CREATE in `namespace`, which must be refused because the pods' webhook is
 /// unreachable: `code message`.
-async fn refused_pod_create(client: &Client, chain: &AdmissionChain, namespace: &str) -> String {
+async fn refused_pod_create(client: &Client, chain: &ControllerChain, namespace: &str) -> String {
     let webhook = chain.policy_for("", "pods").webhook_name();
     match dry_run_pod_create(client, namespace, "during-the-outage")
         .await
@@ -543,7 +564,7 @@ async fn refused_pod_create(client: &Client, chain: &AdmissionChain, namespace: 
 }
 
 /// The `resourceVersion` of each of the chain's webhook configurations.
-async fn webhook_configurations(client: &Client, chain: &AdmissionChain) -> Vec<Option<String>> {
+async fn webhook_configurations(client: &Client, chain: &ControllerChain) -> Vec<Option<String>> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let mut versions = Vec::new();
     for policy in &chain.policies {
