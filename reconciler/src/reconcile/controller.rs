@@ -45,6 +45,11 @@ pub async fn reconcile(baseline: Arc<NamespaceBaseline>, ctx: Arc<Context>) -> R
     let result = crate::base::panics::contain(reconcile_baseline(&baseline, &ctx))
         .await
         .unwrap_or_else(|panic| Err(Failed::from(panic)));
+    if result.is_err() {
+        // Whatever the error and wherever it came from (a contained panic included), the
+        // marks this reconcile took are lost with it: its retry looks at everything.
+        ctx.caches.dirty.failed(&name);
+    }
     let (label, outcome) = match result {
         Ok(action) => {
             ctx.state.retries.succeeded(&name);
@@ -155,7 +160,6 @@ async fn reconcile_baseline(
             Ok(Action::requeue(ctx.settings.resync))
         }
         Some(error) => {
-            ctx.caches.dirty.failed(&name);
             // Best effort: the original error decides the routing.
             let news = write_status(baseline, ctx, previous.as_ref(), &report)
                 .await

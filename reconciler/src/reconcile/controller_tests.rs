@@ -1041,10 +1041,13 @@ async fn delete_policy_adds_the_finalizer_and_orphan_removes_it() {
     let requests = harness.requests().await;
     assert_eq!(requests.len(), 1, "{requests:#?}");
     assert!(requests[0].is("PATCH", &format!("{BASELINES}/guarded")));
-    assert_eq!(requests[0].content_type, "application/merge-patch+json");
+    assert_eq!(requests[0].content_type, "application/json-patch+json");
     assert_eq!(
         requests[0].body,
-        json!({"metadata": {"finalizers": [CLEANUP_FINALIZER], "resourceVersion": "100"}})
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [CLEANUP_FINALIZER]},
+        ])
     );
 
     let mut orphan = baseline("guarded", seed());
@@ -1054,8 +1057,11 @@ async fn delete_policy_adds_the_finalizer_and_orphan_removes_it() {
     let requests = harness.requests().await;
     assert_eq!(requests.len(), 1, "{requests:#?}");
     assert_eq!(
-        requests[0].body["metadata"]["finalizers"],
-        json!(["other/keep"])
+        requests[0].body,
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": ["other/keep", CLEANUP_FINALIZER]},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["other/keep"]},
+        ])
     );
 }
 
@@ -1079,7 +1085,7 @@ async fn deleting_a_delete_baseline_removes_its_wall_then_the_finalizer() {
     assert!(deletes.iter().all(|r| r.path.contains("nsb-guarded-")));
     let last = requests.last().unwrap();
     assert!(last.is("PATCH", &format!("{BASELINES}/guarded")));
-    assert_eq!(last.body["metadata"]["finalizers"], json!([]));
+    assert_eq!(last.body[1]["value"], json!([]));
 }
 
 #[tokio::test]
@@ -1326,4 +1332,104 @@ fn only_spec_finalizers_deletion_and_identity_trigger_a_baseline_reconcile() {
     for changed in [respecified, finalized, deleted, recreated] {
         assert_ne!(hash(&changed), hash(&original));
     }
+}
+
+/// Issue 52, finding 1: a reconcile takes its baseline's marks before it plans; whatever
+/// error it then ends with (its finalizer write, its status write, a contained panic), its
+/// retry looks at everything again, not only at the marks that arrived meanwhile: else the
+/// namespaces of the failed scope wait for the resync while the status says the wall is in
+/// place.
+#[rstest]
+#[case::finalizer_write_fails(format!("{BASELINES}/guarded"))]
+#[case::status_write_fails(format!("{BASELINES}/guarded/status"))]
+#[tokio::test]
+async fn a_failed_reconcile_leaves_its_whole_scope_to_the_retry(#[case] failing: String) {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let mut policies = full_wall(&spec, &["team-a", "team-b"]);
+    policies.remove(2); // team-b's deny-all
+    let failed_once = std::sync::atomic::AtomicBool::new(false);
+    let responder = move |request: &Recorded| {
+        if request.path == failing && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            failure(500, "InternalError")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(responder));
+    let dirty = harness.ctx.caches.dirty.clone();
+    // A full pass was made a moment ago; the watch then saw team-b change.
+    assert_eq!(
+        dirty.take("guarded", RESYNC),
+        crate::view::scope::Scope::All
+    );
+    dirty.namespace("guarded", "team-b");
+    let error = run(&harness, converged(baseline("guarded", spec), 2))
+        .await
+        .unwrap_err();
+    assert_eq!(error.class(), ErrorClass::Transient, "{error:?}");
+    // Meanwhile the watch saw team-a change: the retry still looks at team-b.
+    dirty.namespace("guarded", "team-a");
+    assert_eq!(
+        dirty.take("guarded", RESYNC),
+        crate::view::scope::Scope::All,
+        "the retry of a failed reconcile lost the scope it took"
+    );
+}
+
+/// Issue 52, finding 1: the finalizer is written with a JSON patch that tests the list it
+/// was computed from (as kube's `finalizer()` does), not with the resourceVersion of the
+/// cached baseline, which this reconciler's own status writes leave behind: a mocked API
+/// server at resourceVersion 101 (a status write ago) refuses a stale resourceVersion with
+/// 409 and a failed test with 422, as kube-apiserver does.
+#[tokio::test]
+async fn the_finalizer_write_tests_the_finalizers_not_the_resource_version() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let server_finalizers = Value::Null;
+    let responder = move |request: &Recorded| {
+        if !request.is("PATCH", &format!("{BASELINES}/guarded")) {
+            return healthy(request);
+        }
+        let stale = request.body["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|version| version != "101");
+        let tested = request.body.as_array().is_none_or(|operations| {
+            operations.iter().all(|operation| {
+                operation["op"] != "test"
+                    || (operation["path"] == "/metadata/finalizers"
+                        && operation["value"] == server_finalizers)
+            })
+        });
+        if stale {
+            failure(409, "Conflict")
+        } else if !tested {
+            failure(422, "Invalid")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&spec, &["team-a", "team-b"]),
+        Box::new(responder),
+    );
+    // The cache still holds the baseline at resourceVersion 100.
+    run(&harness, converged(baseline("guarded", spec), 2))
+        .await
+        .expect("the finalizer write failed");
+    let requests = harness.requests().await;
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert_eq!(requests[0].content_type, "application/json-patch+json");
+    assert_eq!(
+        requests[0].body,
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [CLEANUP_FINALIZER]},
+        ])
+    );
 }

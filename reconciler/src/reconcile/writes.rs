@@ -253,26 +253,40 @@ async fn delete(ctx: &Context, namespace: &str, name: &str) -> Result<()> {
     }
 }
 
-/// Replaces the finalizer list, guarded by the resourceVersion it was computed from (a
-/// concurrent change yields 409, retried).
+/// Replaces the finalizer list with a JSON patch that first tests the list it was computed
+/// from (as kube's `finalizer()` does): a concurrent change of the finalizers fails the test
+/// and is retried as a conflict, while a change of anything else (this reconciler's own
+/// status writes bump the resourceVersion the cache holds) does not get in the way.
 pub(crate) async fn patch_finalizers(
     baseline: &NamespaceBaseline,
     ctx: &Context,
     finalizers: Vec<String>,
 ) -> Result<()> {
     let name = baseline.name_any();
+    let failed = |source| Error::Finalizer {
+        name: name.clone(),
+        source: Box::new(source),
+    };
+    let read = match baseline.finalizers() {
+        [] => serde_json::Value::Null,
+        read => json!(read),
+    };
+    let patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": read},
+        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+    ]))
+    .map_err(|error| failed(kube::Error::SerdeError(error)))?;
     let api: Api<NamespaceBaseline> = Api::all(ctx.client.clone());
-    let patch = json!({
-        "metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": baseline.resource_version(),
-        }
-    });
-    ctx.write(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)))
+    ctx.write(api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch)))
         .await?
-        .map_err(|source| Error::Finalizer {
-            name: name.clone(),
-            source: Box::new(source),
+        .map_err(|source| match source {
+            // kube-apiserver answers a failed test 422: the finalizers changed since read.
+            kube::Error::Api(status) if status.code == 422 => failed(kube::Error::Api(
+                kube::core::Status::failure(&status.message, "Conflict")
+                    .with_code(409)
+                    .boxed(),
+            )),
+            source => failed(source),
         })?;
     info!(baseline = %name, ?finalizers, "finalizers updated");
     Ok(())
