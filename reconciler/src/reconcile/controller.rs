@@ -145,17 +145,24 @@ async fn reconcile_baseline(
     sync_finalizer(baseline, ctx).await?;
 
     let Converged {
-        report,
+        mut report,
         counts,
         new_holes,
         error,
     } = converge(baseline, ctx, planner, &policies, &scope, &pending).await;
+    // The status carries every repair no written status counts yet.
+    report.drift_repairs = ctx
+        .state
+        .repairs
+        .add(&uid_of(baseline), report.drift_repairs);
     let previous = ctx.caches.unseen.status(baseline);
     match error {
         None => {
-            let status_changed = write_status(baseline, ctx, previous.as_ref(), &report).await?;
-            announce(baseline, ctx, &report, &counts, status_changed).await;
+            // The Events tell what was done, whatever becomes of the status write.
+            let status = write_status(baseline, ctx, previous.as_ref(), &report).await;
+            announce(baseline, ctx, &report, &counts, matches!(status, Ok(true))).await;
             announce_doors_and_holes(baseline, ctx, previous.as_ref(), &report, new_holes).await;
+            status?;
             crate::reconcile::reports::write(ctx, baseline, &scope, &report).await;
             Ok(Action::requeue(ctx.settings.resync))
         }
@@ -359,6 +366,12 @@ fn dns_check(spec: &NamespaceBaselineSpec, dns: &DnsCaches) -> DnsCheck {
     DnsCheck::Checked(dns.check(&door))
 }
 
+/// What the process-wide memories of a baseline are keyed by: its uid, so that one created
+/// again with the same name starts afresh.
+fn uid_of(baseline: &NamespaceBaseline) -> String {
+    baseline.uid().unwrap_or_else(|| baseline.name_any())
+}
+
 fn has_finalizer(baseline: &NamespaceBaseline) -> bool {
     Baseline::from(baseline).has_cleanup_finalizer
 }
@@ -456,9 +469,11 @@ async fn write_status(
     // Its own task, waited for at most HANDOFF, then handed to the writer.
     let mut task = tokio::spawn({
         let (ctx, baseline) = (ctx.clone(), baseline.clone());
+        let carried = report.drift_repairs;
         async move {
             let written = patch_status(&baseline, &ctx, &desired).await?;
             ctx.caches.unseen.status_written(&baseline, written);
+            ctx.state.repairs.written(&uid_of(&baseline), carried);
             crate::reconcile::probe::condition::announce(&ctx, &baseline, enforced).await;
             Ok(())
         }

@@ -1433,3 +1433,70 @@ async fn the_finalizer_write_tests_the_finalizers_not_the_resource_version() {
         ])
     );
 }
+
+/// The wall of [`guarded_namespaces`] with its `index`th object's spec tampered with
+/// (0: team-a's deny-all, 2: team-b's).
+fn tampered_wall(index: usize) -> Vec<k8s_openapi::api::networking::v1::NetworkPolicy> {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies[index].spec.as_mut().unwrap().egress = Some(vec![Default::default()]);
+    policies
+}
+
+/// Issue 52, finding 2: `status.driftRepairs` counts every repair, also those of a reconcile
+/// whose status write failed, or was left to the answer of a status write in flight: they
+/// are carried until a status that counts them is written.
+#[rstest]
+#[case::its_status_write_failed(false)]
+#[case::a_status_write_was_in_flight(true)]
+#[tokio::test(start_paused = true)]
+async fn repairs_whose_status_was_not_written_are_counted_by_the_next_status(
+    #[case] in_flight: bool,
+) {
+    let status_path = format!("{BASELINES}/guarded/status");
+    let answered_once = std::sync::atomic::AtomicBool::new(false);
+    let responder = move |request: &Recorded| {
+        if request.path == status_path
+            && !answered_once.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            if in_flight {
+                (crate::fixtures::NO_ANSWER, Value::Null)
+            } else {
+                failure(500, "InternalError")
+            }
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), tampered_wall(0), Box::new(responder));
+    let cached = converged(baseline("guarded", seed()), 2);
+    // A repair whose status write fails, or stays unanswered (handed to the writer).
+    let first = run(&harness, cached.clone()).await;
+    assert_eq!(first.is_err(), !in_flight, "{first:?}");
+    let mut repairs = 1;
+    if in_flight {
+        // Another repair while that status write is in flight: its status waits.
+        let later = harness.with_policies(tampered_wall(2));
+        reconcile(Arc::new(cached.clone()), later).await.unwrap();
+        repairs += 1;
+        // The status write in flight gives up at its budget.
+        tokio::time::sleep(Duration::from_secs(31)).await;
+    }
+    let intact = harness.with_policies(full_wall(&seed(), &["team-a", "team-b"]));
+    let _ = reconcile(Arc::new(cached), intact.clone()).await;
+    drop(intact);
+    let requests = harness.requests().await;
+    // The first status write failed, or never answered.
+    let written = status_patches(&requests)[1..]
+        .last()
+        .map(|status| status["driftRepairs"].clone());
+    assert_eq!(
+        written,
+        Some(json!(repairs)),
+        "the last status written counts {written:?} of the {repairs} repairs"
+    );
+    assert_eq!(
+        event_reasons(&requests),
+        vec!["DriftRepaired"; repairs],
+        "each repair is announced, whatever became of its status"
+    );
+}

@@ -29,6 +29,8 @@ pub struct State {
     pub retries: Retries,
     pub health: Health,
     pub holes: KnownHoles,
+    /// The drift repairs no written status counts yet.
+    pub repairs: UnwrittenRepairs,
     /// The enforcement probe's last verdicts (probe/).
     pub probes: crate::reconcile::probe::Results,
     /// The NamespaceBaselines as their watch holds them, once the watches have started: the
@@ -100,6 +102,50 @@ impl KnownHoles {
     }
 }
 
+/// The drift repairs of each baseline (by uid) that no status written since counts: those of
+/// a reconcile whose status write failed, or waited for the answer of one in flight. The
+/// next status carries them all (`status.driftRepairs` is what users alert on), and a status
+/// written counts off those it carried.
+#[derive(Debug, Default)]
+pub struct UnwrittenRepairs {
+    by_baseline: Mutex<HashMap<String, u32>>,
+}
+
+impl UnwrittenRepairs {
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.by_baseline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `repaired` more repairs of `baseline`; returns how many no written status counts.
+    pub fn add(&self, baseline: &str, repaired: u32) -> u32 {
+        let mut counts = self.counts();
+        if repaired == 0 && !counts.contains_key(baseline) {
+            return 0;
+        }
+        let count = counts.entry(baseline.to_owned()).or_default();
+        *count = count.saturating_add(repaired);
+        *count
+    }
+
+    /// A status counting `carried` of them was written.
+    pub fn written(&self, baseline: &str, carried: u32) {
+        let mut counts = self.counts();
+        if let Some(count) = counts.get_mut(baseline) {
+            *count = count.saturating_sub(carried);
+            if *count == 0 {
+                counts.remove(baseline);
+            }
+        }
+    }
+
+    /// A baseline gone.
+    pub fn forget(&self, baseline: &str) {
+        self.counts().remove(baseline);
+    }
+}
+
 /// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
 /// within a fraction of this) before it fails as `NotLeader`, and its upper bound: a
 /// connection that stops answering is a transient failure, not a reconcile stuck for the
@@ -157,6 +203,7 @@ impl State {
             retries: Retries::default(),
             health: Health::default(),
             holes: KnownHoles::default(),
+            repairs: UnwrittenRepairs::default(),
             probes: crate::reconcile::probe::Results::default(),
             baselines: std::sync::OnceLock::new(),
         }

@@ -53,7 +53,8 @@ pub struct Report {
     /// could not be repaired (0 when the reconcile succeeded).
     pub drifted: u32,
     pub failure: Option<Failure>,
-    /// Managed policies repaired by this reconcile (deleted, or spec or labels changed).
+    /// Managed policies repaired (deleted, or spec or labels changed) that no status written
+    /// counts yet: this reconcile's, and those of earlier ones whose status was not written.
     pub drift_repairs: u32,
     /// The holes other policies open in the covered namespaces, with their namespace;
     /// `None` when not computed (an invalid spec).
