@@ -193,8 +193,9 @@ struct TimingFlags {
     #[arg(long, global = true, default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
 
-    /// How long after the start of its last successful renewal the leader may write; shorter
-    /// than the lease duration minus the write grace (half their difference).
+    /// How long after the start of its last successful renewal the leader may write; at least
+    /// 2 s shorter than the lease duration (the write grace, half their difference, is 1 s at
+    /// least).
     #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
     renew_deadline: Duration,
 
@@ -308,8 +309,8 @@ mod tests {
     }
 
     #[rstest]
-    #[case::renew_deadline_as_long_as_the_lease(&["--renew-deadline=15s"], "the renew deadline (15s) must be shorter than the lease duration (15s) minus the write grace (0ns")]
-    #[case::renew_deadline_past_the_lease(&["--lease-duration=10s", "--renew-deadline=12s"], "the renew deadline (12s) must be shorter than the lease duration (10s)")]
+    #[case::renew_deadline_as_long_as_the_lease(&["--renew-deadline=15s"], "the renew deadline (15s) must end at least twice the minimum write grace (1s) before the lease duration (15s): the write grace, half their difference, is 0ns")]
+    #[case::renew_deadline_past_the_lease(&["--lease-duration=10s", "--renew-deadline=12s"], "the renew deadline (12s) must end at least twice the minimum write grace (1s) before the lease duration (10s)")]
     #[case::retry_period_as_long_as_the_renew_deadline(&["--retry-period=10s"], "the retry period (10s, up to 11s with its 10 % jitter) must be shorter than the renew deadline (10s)")]
     #[case::retry_period_past_the_renew_deadline_with_its_jitter(&["--retry-period=9500ms"], "must be shorter than the renew deadline (10s)")]
     #[case::lease_duration_in_fractions_of_a_second(&["--lease-duration=15500ms"], "the lease duration must be a whole number of seconds")]
