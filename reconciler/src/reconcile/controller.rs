@@ -28,6 +28,7 @@ use crate::base::error::{Error, ErrorClass, Result};
 use crate::base::metrics::ReconcileResult;
 use crate::reconcile::ahead::AheadOfThePass;
 use crate::reconcile::context::Context;
+use crate::reconcile::state::uid_of;
 use crate::reconcile::status::{self, DnsCheck, Failure, Report};
 use crate::reconcile::writer::{Counts, HANDOFF, count};
 use crate::reconcile::writes::{apply, patch_finalizers, patch_status, publish, still_needed};
@@ -262,7 +263,7 @@ async fn converge(
     // Every live namespace the baseline does not match, without a scan (scope.rs).
     report.left_out = Some(ctx.caches.live.count().saturating_sub(report.namespaces));
     let found = core_plan::holes(&planner, policies);
-    let (mut holes, new_holes) = ctx.state.holes.update(&name, scope, &found);
+    let (mut holes, new_holes) = ctx.state.holes.update(&uid_of(baseline), scope, &found);
     measure_reach(&mut holes, &ctx.caches);
     report.holes = Some(holes);
     report.dns = if baseline.spec.allow_dns {
@@ -366,12 +367,6 @@ fn dns_check(spec: &NamespaceBaselineSpec, dns: &DnsCaches) -> DnsCheck {
     DnsCheck::Checked(dns.check(&door))
 }
 
-/// What the process-wide memories of a baseline are keyed by: its uid, so that one created
-/// again with the same name starts afresh.
-fn uid_of(baseline: &NamespaceBaseline) -> String {
-    baseline.uid().unwrap_or_else(|| baseline.name_any())
-}
-
 fn has_finalizer(baseline: &NamespaceBaseline) -> bool {
     Baseline::from(baseline).has_cleanup_finalizer
 }
@@ -402,12 +397,8 @@ async fn clean_up(
 ) -> Result<Action> {
     let name = baseline.name_any();
     // Its holes are no longer reported, its status no longer written.
-    ctx.state.holes.forget(&name);
-    ctx.caches.unseen.forget(baseline);
-    ctx.caches.matched.forget(&name);
+    ctx.state.forget_baseline(&ctx.caches, baseline);
     ctx.writer.forget(&name);
-    ctx.state.metrics.set_holes(&name, []);
-    ctx.state.metrics.baselines.forget(&name);
     if !has_finalizer(baseline) {
         return Ok(Action::await_change());
     }

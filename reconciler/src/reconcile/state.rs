@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::base::metrics::Metrics;
 use crate::base::retry::Retries;
+use crate::view::caches::Caches;
 use crate::view::scope::Scope;
 use namespace_baseline_leader::{HedgeBounds, LeaderGate, NotLeader, WriteBounds};
 
@@ -38,11 +39,17 @@ pub struct State {
     baselines: std::sync::OnceLock<Store<NamespaceBaseline>>,
 }
 
+/// What the process-wide memories of a baseline are keyed by: its uid, so that one created
+/// again with the same name starts afresh even before the watch shows the first one gone.
+pub fn uid_of(baseline: &NamespaceBaseline) -> String {
+    baseline.uid().unwrap_or_else(|| baseline.name_any())
+}
+
 /// Holes with the namespace each is in.
 pub type NamespacedHoles = Vec<(String, Hole)>;
 
-/// The holes each baseline has, by namespace: a scoped reconcile updates its namespaces
-/// only, the status counts them all, and each new one gets one Event.
+/// The holes each baseline (by uid) has, by namespace: a scoped reconcile updates its
+/// namespaces only, the status counts them all, and each new one gets one Event.
 #[derive(Debug, Default)]
 pub struct KnownHoles {
     by_baseline: Mutex<HashMap<String, BTreeMap<String, Vec<Hole>>>>,
@@ -207,6 +214,22 @@ impl State {
             probes: crate::reconcile::probe::Results::default(),
             baselines: std::sync::OnceLock::new(),
         }
+    }
+
+    /// A baseline gone: deleted (with or without a finalizer: under `Orphan` no reconcile sees
+    /// it go, only the watch), or replaced by a new object of the same name. Nothing of it is
+    /// remembered any more: its holes (a successor announces its own), its repairs, its
+    /// retries, its shares of the metrics, its marks, its namespaces and its unseen status.
+    pub fn forget_baseline(&self, caches: &Caches, baseline: &NamespaceBaseline) {
+        let (name, uid) = (baseline.name_any(), uid_of(baseline));
+        self.holes.forget(&uid);
+        self.repairs.forget(&uid);
+        self.retries.succeeded(&name);
+        self.metrics.set_holes(&name, []);
+        self.metrics.baselines.forget(&name);
+        caches.unseen.forget(baseline);
+        caches.matched.forget(&name);
+        caches.dirty.forget(&name);
     }
 
     /// The watch's store of NamespaceBaselines (set once, by the watches' start).

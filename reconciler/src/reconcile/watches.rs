@@ -61,25 +61,37 @@ pub fn baseline_changes(baseline: &NamespaceBaseline) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Where the watches' triggers go: to the controller of the current term, or nowhere.
+/// Where the watches' triggers go: to the controller of the current term, or nowhere; and
+/// the term's writer, which forgets a baseline the watch shows gone.
 #[derive(Clone, Default)]
 struct Relay {
-    term: Arc<Mutex<Option<mpsc::UnboundedSender<Trigger>>>>,
+    term: Arc<Mutex<Option<TermLink>>>,
 }
+
+/// The current term's trigger channel and writer.
+type TermLink = (mpsc::UnboundedSender<Trigger>, Writer);
 
 impl Relay {
     fn send(&self, trigger: Trigger) {
         let term = self.term.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(term) = term.as_ref() {
+        if let Some((term, _)) = term.as_ref() {
             // A closed channel is a term that just ended: its next term starts whole.
             let _ = term.unbounded_send(trigger);
         }
     }
 
+    /// The current term's writer forgets `baseline`.
+    fn forget(&self, baseline: &str) {
+        let term = self.term.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, writer)) = term.as_ref() {
+            writer.forget(baseline);
+        }
+    }
+
     /// The triggers from now on, until [`Relay::disconnect`] or the next `connect`.
-    fn connect(&self) -> mpsc::UnboundedReceiver<Trigger> {
+    fn connect(&self, writer: Writer) -> mpsc::UnboundedReceiver<Trigger> {
         let (sender, receiver) = mpsc::unbounded();
-        *self.term.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
+        *self.term.lock().unwrap_or_else(PoisonError::into_inner) = Some((sender, writer));
         receiver
     }
 
@@ -204,9 +216,12 @@ impl Watches {
             .flat_map(stream::iter)
         };
 
-        // A new or changed baseline (`baseline_changes`) is seen whole.
+        let relay = Relay::default();
+        // A new or changed baseline (`baseline_changes`) is seen whole; one gone, or replaced
+        // by another of the same name, is forgotten.
         let baseline_triggers = {
             let (dirty, unseen) = (caches.dirty.clone(), caches.unseen.clone());
+            let (state, caches, relay) = (state.clone(), caches.clone(), relay.clone());
             let mut cache = WatchedCache::new(baseline_writer);
             watcher(
                 Api::<NamespaceBaseline>::all(client.clone()),
@@ -218,6 +233,13 @@ impl Watches {
                     let mut triggered = Vec::new();
                     cache.apply(&event, same_version, |before, after| {
                         unseen.changed(before, after);
+                        if let Some(gone) = before
+                            .filter(|before| after.is_none_or(|after| after.uid() != before.uid()))
+                        {
+                            debug!(baseline = %gone.name_any(), "baseline gone: forgotten");
+                            state.forget_baseline(&caches, gone);
+                            relay.forget(&gone.name_any());
+                        }
                         let Some(after) = after else {
                             return;
                         };
@@ -253,7 +275,6 @@ impl Watches {
                     .boxed(),
             );
         }
-        let relay = Relay::default();
         let task = tokio::spawn({
             let relay = relay.clone();
             stream::select_all(triggers).for_each(move |trigger| {
@@ -289,7 +310,10 @@ impl Watches {
         instance: String,
         stop: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
-        let triggers = self.relay.connect();
+        // The writer's answers ask for the reconcile that reports them.
+        let (landed, landed_triggers) = mpsc::unbounded();
+        let writer = Writer::new(landed);
+        let triggers = self.relay.connect(writer.clone());
         for baseline in self.baselines.state() {
             self.caches.dirty.all(&baseline.name_any());
         }
@@ -309,8 +333,6 @@ impl Watches {
             self.baselines.clone(),
             self.caches.clone(),
         );
-        // The writer's answers ask for the reconcile that reports them.
-        let (landed, landed_triggers) = mpsc::unbounded();
         let ctx = Arc::new(
             Context::new(
                 client,
@@ -319,7 +341,7 @@ impl Watches {
                 state,
                 instance,
             )
-            .with_writer(Writer::new(landed))
+            .with_writer(writer)
             .with_hedging(self.hedging.clone()),
         );
         // OpenReports: followed beside the controller; their appearance reconciles every baseline.

@@ -524,3 +524,59 @@ async fn a_stalled_repair_is_hedged_and_a_throttled_one_is_not() {
     })
     .await;
 }
+
+/// `allow-all-in` in `namespace`: a hole in its wall, as a list holds it.
+fn hole_item(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "allow-all-in", "namespace": namespace, "resourceVersion": "3"},
+        "spec": {"podSelector": {}, "ingress": [{}]},
+    })
+}
+
+/// The baseline `guarded` as a list holds it, with `uid`.
+fn baseline_item(uid: &str) -> Value {
+    let mut guarded = baseline("guarded", seed());
+    guarded.metadata.uid = Some(uid.to_owned());
+    serde_json::to_value(guarded).unwrap()
+}
+
+fn hole_events(writes: &[Recorded]) -> usize {
+    writes
+        .iter()
+        .filter(|write| write.path == EVENTS && write.body["reason"] == "HoleOpened")
+        .count()
+}
+
+/// Issue 52, finding 5: a baseline deleted under `Orphan` (no finalizer: the watch shows it
+/// gone, no reconcile sees it go) takes its state with it: one created again with the same
+/// name announces the holes in its wall as the first did.
+#[tokio::test(start_paused = true)]
+async fn a_baseline_deleted_without_a_finalizer_leaves_nothing_to_its_successor() {
+    let api = MockApi::new();
+    api.set_list(
+        NAMESPACES,
+        vec![namespace_item("team-a", &[("baseline", "guarded")])],
+    );
+    let mut policies = wall_items("team-a");
+    policies.push(hole_item("team-a"));
+    api.set_list(POLICIES, policies);
+    api.set_list(BASELINES, vec![baseline_item("uid-first")]);
+    let watches = Watches::start(api.client(), settings(), fresh_state());
+    let test = async {
+        api.writes_when(Duration::from_secs(5), |writes| hole_events(writes) == 1)
+            .await;
+        // Deleted (no finalizer: gone at once), then created again with the same name.
+        api.set_list(BASELINES, vec![]);
+        api.expire_watch(BASELINES);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        api.set_list(BASELINES, vec![baseline_item("uid-second")]);
+        api.expire_watch(BASELINES);
+        api.writes_when(Duration::from_secs(5), |writes| hole_events(writes) == 2)
+            .await;
+    };
+    tokio::select! {
+        () = watches.lead("test".to_owned(), std::future::pending()) => panic!("the term ended"),
+        () = test => {}
+    }
+}

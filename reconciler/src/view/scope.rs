@@ -107,6 +107,13 @@ impl Dirty {
         }
     }
 
+    /// A baseline gone: its marks and its last full pass with it.
+    pub fn forget(&self, baseline: &str) {
+        let mut state = self.state();
+        state.pending.remove(baseline);
+        state.full.remove(baseline);
+    }
+
     /// A reconcile of `baseline` failed: its retry looks at everything again.
     pub fn failed(&self, baseline: &str) {
         let mut state = self.state();
