@@ -98,7 +98,7 @@ impl Retries {
 /// working and got cut, the usual case, is resumed without a pause, as client-go's reflector
 /// resumes a watch that lived: a wall deleted during the pause would wait for it), then
 /// capped exponential backoff with equal jitter, from [`WatchBackoff::BASE`] to
-/// [`WatchBackoff::CAP`]; reset by the stream's next success.
+/// [`WatchBackoff::CAP`]; reset by the watch's next answer (`watch_errors::watch_events`).
 ///
 /// kube's default (client-go's: 0.8 s doubling up to 30 s, reset only after 2 minutes)
 /// left the reconciler blind for up to 30 s after an API server restart: every failed

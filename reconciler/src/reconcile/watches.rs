@@ -28,7 +28,8 @@ use namespace_baseline_core::spec::NamespaceBaseline;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use crate::base::retry::{NoTriggerBackoff, WatchBackoff};
+use crate::base::retry::NoTriggerBackoff;
+use crate::base::watch_errors::{Watch, watch_events};
 use crate::reconcile::context::{Context, Hedging, Settings};
 use crate::reconcile::controller::{error_policy, reconcile};
 use crate::reconcile::state::State;
@@ -137,7 +138,7 @@ impl Watches {
         let dns = settings
             .dns_namespace
             .as_deref()
-            .map(|namespace| DnsWatches::new(&client, namespace));
+            .map(|namespace| DnsWatches::new(&client, namespace, &state.metrics.watches));
         let caches = Caches::new(
             namespaces,
             policies,
@@ -155,21 +156,18 @@ impl Watches {
                 baselines.clone(),
                 caches.live.clone(),
             );
-            watcher(
-                Api::<NamespaceMeta>::all(client.clone()),
-                watcher::Config::default().any_semantic(),
+            watch_events(
+                watcher(
+                    Api::<NamespaceMeta>::all(client.clone()),
+                    watcher::Config::default().any_semantic(),
+                ),
+                Watch::all("namespaces"),
+                state.metrics.watches.clone(),
             )
-            .backoff(WatchBackoff::default())
-            .map(move |event| match event {
-                Ok(event) => {
-                    let triggered = events.observe(&event);
-                    tracker.observe(ListTracker::NAMESPACES, &event);
-                    triggered
-                }
-                Err(error) => {
-                    debug!(%error, "namespace watch");
-                    Vec::new()
-                }
+            .map(move |event| {
+                let triggered = events.observe(&event);
+                tracker.observe(ListTracker::NAMESPACES, &event);
+                triggered
             })
             .flat_map(stream::iter)
         };
@@ -182,36 +180,31 @@ impl Watches {
             let (baselines, caches) = (baselines.clone(), caches.clone());
             let policy_cache = PolicyCache::default();
             let mut cache = WatchedCache::new(policy_writer);
-            watcher(
-                Api::<NetworkPolicy>::all(client.clone()),
-                watcher::Config::default().any_semantic(),
+            watch_events(
+                watcher(
+                    Api::<NetworkPolicy>::all(client.clone()),
+                    watcher::Config::default().any_semantic(),
+                )
+                .modify(slim_policy),
+                Watch::all("networkpolicies"),
+                state.metrics.watches.clone(),
             )
-            .backoff(WatchBackoff::default())
-            .modify(slim_policy)
-            .map(move |event| match event {
-                Ok(event) => {
-                    caches.index.observe(&event);
-                    let baselines = baselines.state();
-                    let mut triggered = Triggered::new(&caches.dirty);
-                    let event = policy_cache.event(&event);
-                    cache.apply(&event, same_content, |before, after| {
-                        caches.unseen.changed(before, after);
-                        for policy in [before, after].into_iter().flatten() {
-                            triggered.add(
-                                PolicyFacts::namespace(policy).unwrap_or_default(),
-                                baselines_for_policy(policy, &baselines, |name| {
-                                    caches.namespace(name)
-                                }),
-                            );
-                        }
-                    });
-                    tracker.observe(ListTracker::POLICIES, &event);
-                    triggered.into_baselines()
-                }
-                Err(error) => {
-                    debug!(%error, "policy watch");
-                    Vec::new()
-                }
+            .map(move |event| {
+                caches.index.observe(&event);
+                let baselines = baselines.state();
+                let mut triggered = Triggered::new(&caches.dirty);
+                let event = policy_cache.event(&event);
+                cache.apply(&event, same_content, |before, after| {
+                    caches.unseen.changed(before, after);
+                    for policy in [before, after].into_iter().flatten() {
+                        triggered.add(
+                            PolicyFacts::namespace(policy).unwrap_or_default(),
+                            baselines_for_policy(policy, &baselines, |name| caches.namespace(name)),
+                        );
+                    }
+                });
+                tracker.observe(ListTracker::POLICIES, &event);
+                triggered.into_baselines()
             })
             .flat_map(stream::iter)
         };
@@ -223,39 +216,36 @@ impl Watches {
             let (dirty, unseen) = (caches.dirty.clone(), caches.unseen.clone());
             let (state, caches, relay) = (state.clone(), caches.clone(), relay.clone());
             let mut cache = WatchedCache::new(baseline_writer);
-            watcher(
-                Api::<NamespaceBaseline>::all(client.clone()),
-                watcher::Config::default().any_semantic(),
+            watch_events(
+                watcher(
+                    Api::<NamespaceBaseline>::all(client.clone()),
+                    watcher::Config::default().any_semantic(),
+                ),
+                Watch::all("namespacebaselines"),
+                state.metrics.watches.clone(),
             )
-            .backoff(WatchBackoff::default())
-            .map(move |event| match event {
-                Ok(event) => {
-                    let mut triggered = Vec::new();
-                    cache.apply(&event, same_version, |before, after| {
-                        unseen.changed(before, after);
-                        if let Some(gone) = before
-                            .filter(|before| after.is_none_or(|after| after.uid() != before.uid()))
-                        {
-                            debug!(baseline = %gone.name_any(), "baseline gone: forgotten");
-                            state.forget_baseline(&caches, gone);
-                            relay.forget(&gone.name_any());
-                        }
-                        let Some(after) = after else {
-                            return;
-                        };
-                        if before.and_then(baseline_changes) != baseline_changes(after) {
-                            debug!(baseline = %after.name_any(), "baseline new or changed");
-                            dirty.all(&after.name_any());
-                            triggered.push(ObjectRef::from_obj(after));
-                        }
-                    });
-                    tracker.observe(ListTracker::BASELINES, &event);
-                    triggered
-                }
-                Err(error) => {
-                    debug!(%error, "baseline watch");
-                    Vec::new()
-                }
+            .map(move |event| {
+                let mut triggered = Vec::new();
+                cache.apply(&event, same_version, |before, after| {
+                    unseen.changed(before, after);
+                    if let Some(gone) = before
+                        .filter(|before| after.is_none_or(|after| after.uid() != before.uid()))
+                    {
+                        debug!(baseline = %gone.name_any(), "baseline gone: forgotten");
+                        state.forget_baseline(&caches, gone);
+                        relay.forget(&gone.name_any());
+                    }
+                    let Some(after) = after else {
+                        return;
+                    };
+                    if before.and_then(baseline_changes) != baseline_changes(after) {
+                        debug!(baseline = %after.name_any(), "baseline new or changed");
+                        dirty.all(&after.name_any());
+                        triggered.push(ObjectRef::from_obj(after));
+                    }
+                });
+                tracker.observe(ListTracker::BASELINES, &event);
+                triggered
             })
             .flat_map(stream::iter)
         };
@@ -349,6 +339,7 @@ impl Watches {
             ctx.client.clone(),
             ctx.reports.clone(),
             ctx.caches.unseen.clone(),
+            ctx.state.metrics.watches.clone(),
         );
         // Every baseline the store holds at the start; those it lists later (a cold start)
         // come through the triggers, marked whole.

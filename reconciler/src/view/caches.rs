@@ -14,9 +14,10 @@ use kube::runtime::watcher::{self, watcher};
 use namespace_baseline_core::DnsSpec;
 use namespace_baseline_core::doors::{DnsObjects, Reachability, check_dns_objects};
 use tokio::sync::watch;
-use tracing::{debug, info};
+use tracing::info;
 
 use crate::base::error::{Error, Result};
+use crate::base::watch_errors::{Watch, WatchErrors, watch_events};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
 use crate::view::scope::{Dirty, LiveNamespaces, MatchedNamespaces, PolicyIndex, Scope};
@@ -137,7 +138,7 @@ pub struct DnsWatches {
 
 impl DnsWatches {
     /// The three watches of `namespace` (not yet polled).
-    pub fn new(client: &kube::Client, namespace: &str) -> Self {
+    pub fn new(client: &kube::Client, namespace: &str, errors: &WatchErrors) -> Self {
         use kube::Api;
 
         let (services, service_writer) = reflector::store::<PartialObjectMeta<Service>>();
@@ -151,16 +152,22 @@ impl DnsWatches {
         let changes = futures::stream::select_all([
             changes(
                 Api::namespaced(client.clone(), namespace),
+                Watch::within("services", namespace),
+                errors,
                 service_writer,
                 on_listed(0),
             ),
             changes(
                 Api::namespaced(client.clone(), namespace),
+                Watch::within("endpointslices", namespace),
+                errors,
                 slice_writer,
                 on_listed(1),
             ),
             changes(
                 Api::namespaced(client.clone(), namespace),
+                Watch::within("pods", namespace),
+                errors,
                 pod_writer,
                 on_listed(2),
             ),
@@ -179,10 +186,12 @@ impl DnsWatches {
     }
 }
 
-/// A watch of `api` into the cache `writer` fills, as the changes it makes; `on_listed` is
-/// told of each completed list.
+/// `watch`, of `api`, into the cache `writer` fills, as the changes it makes (its errors told
+/// to `errors`); `on_listed` is told of each completed list.
 fn changes<K>(
     api: kube::Api<K>,
+    watch: Watch<'_>,
+    errors: &WatchErrors,
     writer: Writer<K>,
     on_listed: impl Fn() + Send + 'static,
 ) -> Changes
@@ -196,29 +205,21 @@ where
         + Sync
         + 'static,
 {
-    use kube::runtime::WatchStreamExt as _;
-
     let mut cache = WatchedCache::new(writer);
-    watcher(api, watcher::Config::default().any_semantic())
-        .backoff(crate::base::retry::WatchBackoff::default())
-        .filter_map(move |event| {
-            let changed = match event {
-                Ok(event) => {
-                    let mut changed = false;
-                    cache.apply(&event, same_version, |_, _| changed = true);
-                    if matches!(event, watcher::Event::InitDone) {
-                        on_listed();
-                    }
-                    changed
-                }
-                Err(error) => {
-                    debug!(%error, watch = "dns", "watch error");
-                    false
-                }
-            };
-            std::future::ready(changed.then_some(()))
-        })
-        .boxed()
+    watch_events(
+        watcher(api, watcher::Config::default().any_semantic()),
+        watch,
+        errors.clone(),
+    )
+    .filter_map(move |event| {
+        let mut changed = false;
+        cache.apply(&event, same_version, |_, _| changed = true);
+        if matches!(event, watcher::Event::InitDone) {
+            on_listed();
+        }
+        std::future::ready(changed.then_some(()))
+    })
+    .boxed()
 }
 
 impl DnsCaches {
