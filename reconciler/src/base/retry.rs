@@ -144,28 +144,6 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
-/// The controller's backoff on its merged trigger stream: none. kube's `Controller` wraps
-/// the union of its trigger streams in a backoff of its own (client-go's, up to 30 s): an
-/// error from any one watch then paused every trigger, the healthy watches' included, and
-/// while paused no watch was polled, so none could reconnect; the pause doubled with every
-/// error of an outage. Each watch already backs off on its own ([`WatchBackoff`]), so the
-/// errors reaching the merged stream are spaced already.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoTriggerBackoff;
-
-impl Iterator for NoTriggerBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        // `None` would end the trigger stream: never.
-        Some(Duration::ZERO)
-    }
-}
-
-impl kube::runtime::utils::Backoff for NoTriggerBackoff {
-    fn reset(&mut self) {}
-}
-
 /// Tells a write that the API server answered its request `429 Too Many Requests`, and
 /// until when the client's retry ([`ServerRetry`]) waits the `Retry-After` it gave: the
 /// server asked the client to slow down, so the write is not hedged meanwhile

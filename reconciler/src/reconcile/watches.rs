@@ -28,7 +28,6 @@ use namespace_baseline_core::spec::NamespaceBaseline;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use crate::base::retry::NoTriggerBackoff;
 use crate::base::watch_errors::{Watch, watch_events};
 use crate::reconcile::context::{Context, Hedging, Settings};
 use crate::reconcile::controller::{error_policy, reconcile};
@@ -349,8 +348,6 @@ impl Watches {
             .reconcile_on(triggers)
             .reconcile_on(probe_triggers)
             .reconcile_on(landed_triggers)
-            // Each watch backs off on its own; a shared pause would blind them all (retry.rs).
-            .trigger_backoff(NoTriggerBackoff)
             .graceful_shutdown_on(stop)
             .run(reconcile, error_policy, ctx)
             .for_each(|result| async move {
