@@ -11,9 +11,20 @@ use http::header::RETRY_AFTER;
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use kube::client::retry::RetryPolicy;
+use namespace_baseline_leader::WriteBounds;
 use tokio::time::{Instant, Sleep};
 use tower::BoxError;
 use tower::retry::Policy;
+
+/// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
+/// within a fraction of this) before it fails as `NotLeader`, and its upper bound: a
+/// connection that stops answering is a transient failure, not a reconcile stuck for the
+/// client's 295 s read timeout. (A leader's writes are also bounded by its lease.) The
+/// memory of an apply in flight outlasts it (`view/unseen_writes.rs`, `lifetime::IN_FLIGHT`).
+pub const WRITE_BOUNDS: WriteBounds = WriteBounds {
+    gate_wait: Duration::from_secs(2),
+    timeout: Duration::from_secs(30),
+};
 
 /// Retry delays: `base * 2^(attempt-1)` capped at `cap`, then "equal jitter" (a random
 /// point in the upper half), so that many failing objects do not retry in lockstep.

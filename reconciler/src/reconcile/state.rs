@@ -17,9 +17,10 @@ use tokio::time::Instant;
 
 use crate::base::metrics::Metrics;
 use crate::base::retry::Retries;
+use crate::base::retry::WRITE_BOUNDS;
 use crate::view::caches::Caches;
 use crate::view::scope::Scope;
-use namespace_baseline_leader::{HedgeBounds, LeaderGate, NotLeader, WriteBounds};
+use namespace_baseline_leader::{HedgeBounds, LeaderGate, NotLeader};
 
 use crate::base::error::{Error, Result};
 
@@ -152,15 +153,6 @@ impl UnwrittenRepairs {
         self.counts().remove(baseline);
     }
 }
-
-/// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
-/// within a fraction of this) before it fails as `NotLeader`, and its upper bound: a
-/// connection that stops answering is a transient failure, not a reconcile stuck for the
-/// client's 295 s read timeout. (A leader's writes are also bounded by its lease.)
-const WRITE_BOUNDS: WriteBounds = WriteBounds {
-    gate_wait: Duration::from_secs(2),
-    timeout: Duration::from_secs(30),
-};
 
 impl State {
     /// Runs one write to the API through the leader gate (`LeaderGate::write`): held back
