@@ -28,7 +28,7 @@ mod hedge;
 mod write;
 
 pub use election::{Elector, KubeLeases, LeaseStore, RELEASE_BUDGET, StoreError};
-pub use gate::{InFlightWrite, LeaderGate};
+pub use gate::{InFlightWrite, LeaderGate, TermId};
 pub use hedge::{Attempt, HedgeBounds, Hedged};
 pub use write::{NotLeader, WriteBounds};
 

@@ -858,3 +858,37 @@ fn the_default_clocks_and_tight_valid_ones_are_accepted() {
     .unwrap();
     assert_eq!(tight.write_grace(), MIN_WRITE_GRACE);
 }
+
+/// A write belongs to the term it was started in (issue 52): a renewal keeps the term, the
+/// Lease taken again after it was lost starts another, and a write of the ended term is
+/// refused in it, at once even when it was waiting for the gate.
+#[tokio::test(start_paused = true)]
+async fn a_write_of_an_ended_term_is_refused_even_when_the_replica_leads_again() {
+    let gate = Arc::new(LeaderGate::elected(Timing::DEFAULT));
+    gate.renewed(Instant::now());
+    let first = gate.current_term();
+    gate.renewed(Instant::now());
+    assert_eq!(gate.current_term(), first, "a renewal is the same term");
+    assert!(gate.admit_in(Some(first), BOUNDS.timeout).is_some());
+
+    gate.doubt();
+    let waiting = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.write_in(Some(first), BOUNDS, async { Ok(()) }).await }
+    });
+    tokio::task::yield_now().await;
+    gate.stand_by();
+    gate.renewed(Instant::now());
+    let second = gate.current_term();
+    assert_ne!(second, first, "the Lease taken again is another term");
+    let started = Instant::now();
+    assert_eq!(waiting.await.unwrap().err(), Some(NotLeader));
+    assert_eq!(started.elapsed(), Duration::ZERO, "refused at once");
+    assert!(gate.admit_in(Some(first), BOUNDS.timeout).is_none());
+    let written = gate.write_in(Some(second), BOUNDS, async { Ok(()) }).await;
+    assert!(matches!(written, Ok(Ok(()))));
+    assert!(
+        gate.write(BOUNDS, async { Ok(()) }).await.is_ok(),
+        "any term"
+    );
+}

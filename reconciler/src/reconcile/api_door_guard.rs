@@ -34,6 +34,7 @@ enum Source {
 /// Checks the door at start and on every change of the EndpointSlice or the door, until the
 /// future is dropped (the end of the leadership term).
 pub async fn guard(client: Client, state: Arc<State>, door: (String, String), instance: String) {
+    let term = state.leader.current_term();
     let (namespace, name) = door;
     let (slices, slice_writer) = reflector::store::<EndpointSlice>();
     let (doors, door_writer) = reflector::store::<NetworkPolicy>();
@@ -122,7 +123,7 @@ pub async fn guard(client: Client, state: Arc<State>, door: (String, String), in
                 secondary: None,
             };
             match state
-                .write(recorder.publish(&event, &policy.object_ref(&())))
+                .write(term, recorder.publish(&event, &policy.object_ref(&())))
                 .await
             {
                 Ok(Ok(())) => {}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
-use namespace_baseline_leader::HedgeBounds;
+use namespace_baseline_leader::{HedgeBounds, TermId};
 
 use crate::base::error::Result;
 use crate::reconcile::state::State;
@@ -81,6 +81,8 @@ pub struct Context {
     pub writer: Writer,
     /// How the wall's applies are hedged; `None`: never.
     pub hedging: Option<Hedging>,
+    /// The leadership term this context was made for: its writes are refused once it ends.
+    pub term: TermId,
 }
 
 impl Context {
@@ -100,6 +102,7 @@ impl Context {
             reports: Reports::new(settings.reports),
             writer: Writer::default(),
             hedging: None,
+            term: state.leader.current_term(),
             client,
             caches,
             settings,
@@ -121,11 +124,11 @@ impl Context {
         Self { hedging, ..self }
     }
 
-    /// Runs one write to the API through the leader gate ([`State::write`]).
+    /// Runs one write of this term to the API through the leader gate ([`State::write`]).
     pub(crate) async fn write<T>(
         &self,
         request: impl Future<Output = kube::Result<T>>,
     ) -> Result<kube::Result<T>> {
-        self.state.write(request).await
+        self.state.write(self.term, request).await
     }
 }

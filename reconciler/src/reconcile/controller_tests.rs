@@ -1500,3 +1500,33 @@ async fn repairs_whose_status_was_not_written_are_counted_by_the_next_status(
         "each repair is announced, whatever became of its status"
     );
 }
+
+/// Issue 52, finding 4: a write belongs to the term that started it. A status write waiting
+/// at the gate (the holder in doubt) when its term ends is refused, even though this replica
+/// takes the Lease again at once: it never goes out in the next term, where it could land
+/// after that term's newer status.
+#[tokio::test(start_paused = true)]
+async fn a_write_of_an_ended_term_never_goes_out_in_the_next() {
+    let gate = LeaderGate::elected(namespace_baseline_leader::Timing::DEFAULT);
+    testing::renewed(&gate, tokio::time::Instant::now());
+    let harness = Harness::with_gate(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a", "team-b"]),
+        Box::new(healthy),
+        gate,
+    );
+    let leader = harness.state.leader.clone();
+    testing::doubt(&leader);
+    // The status write waits at the gate; the reconcile hands it to the writer.
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    // The term ends, and this replica takes the Lease again at once: a new term.
+    testing::stand_by(&leader);
+    testing::renewed(&leader, tokio::time::Instant::now());
+    // The ended term's write would have waited 2 s for its gate.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let requests = harness.requests().await;
+    assert!(
+        status_patches(&requests).is_empty(),
+        "a status write of the ended term went out in the next: {requests:#?}"
+    );
+}

@@ -20,7 +20,8 @@ use crate::base::retry::Retries;
 use crate::base::retry::WRITE_BOUNDS;
 use crate::view::caches::Caches;
 use crate::view::scope::Scope;
-use namespace_baseline_leader::{HedgeBounds, LeaderGate, NotLeader};
+use namespace_baseline_leader::{HedgeBounds, LeaderGate, NotLeader, TermId};
+use tokio::task::JoinHandle;
 
 use crate::base::error::{Error, Result};
 
@@ -155,15 +156,17 @@ impl UnwrittenRepairs {
 }
 
 impl State {
-    /// Runs one write to the API through the leader gate (`LeaderGate::write`): held back
-    /// unless this replica may write, bounded by the lease, counted in flight until
-    /// answered. Every write of the process goes through here.
+    /// Runs one write to the API, started in the leadership term `term`, through the leader
+    /// gate (`LeaderGate::write_in`): held back unless this replica may write and `term` is
+    /// still the current one, bounded by the lease, counted in flight until answered. Every
+    /// write of the process goes through here.
     pub async fn write<T>(
         &self,
+        term: TermId,
         request: impl Future<Output = kube::Result<T>>,
     ) -> Result<kube::Result<T>> {
         self.leader
-            .write(WRITE_BOUNDS, request)
+            .write_in(Some(term), WRITE_BOUNDS, request)
             .await
             .map_err(|NotLeader| Error::NotLeader)
     }
@@ -171,28 +174,30 @@ impl State {
     /// Runs one write through the leader gate as [`State::write`] does, sending `second()`
     /// (the same write on the hedge client) when the first request is still unanswered past
     /// `hedge.after`, not before `held()` (a `Retry-After` running) has passed
-    /// (`LeaderGate::write_hedged`); counts the hedges.
+    /// (`LeaderGate::write_hedged`); counts the hedges. With the answer comes the request
+    /// that did not give it, when it is still running and may land later.
     pub async fn write_hedged<T, R>(
         &self,
+        term: TermId,
         hedge: HedgeBounds,
         first: R,
         held: impl Fn() -> Option<Instant>,
         second: impl FnOnce() -> R,
-    ) -> Result<kube::Result<T>>
+    ) -> Result<(kube::Result<T>, Option<JoinHandle<()>>)>
     where
         R: Future<Output = kube::Result<T>> + Send + 'static,
         T: Send + 'static,
     {
         let written = self
             .leader
-            .write_hedged(WRITE_BOUNDS, hedge, first, held, second)
+            .write_hedged(Some(term), WRITE_BOUNDS, hedge, first, held, second)
             .await
             .map_err(|NotLeader| Error::NotLeader)?;
         if written.hedged {
             self.metrics
                 .hedged(written.answered_by == namespace_baseline_leader::Attempt::Hedge);
         }
-        Ok(written.answer)
+        Ok((written.answer, written.unsettled))
     }
 
     pub fn new(leader: Arc<LeaderGate>) -> Self {

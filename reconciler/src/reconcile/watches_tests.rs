@@ -580,3 +580,65 @@ async fn a_baseline_deleted_without_a_finalizer_leaves_nothing_to_its_successor(
         () = test => {}
     }
 }
+
+/// Issue 52, finding 4: the request of a hedged apply that did not answer first runs on, and
+/// may land late. Until it has (answered, or abandoned at its budget), its object is not
+/// written again: a spec change meanwhile is written after it, so that the late request
+/// never lands over the newer object (it would read as drift, repaired as tampering).
+#[tokio::test(start_paused = true)]
+async fn an_object_is_not_written_again_while_a_request_of_its_hedged_apply_may_land() {
+    let api = MockApi::new();
+    let state = fresh_state();
+    let hedging = Hedging::new(api.hedge_client(), Duration::from_millis(300));
+    leading(&api, state, Some(hedging), async {
+        let door = policy_path("team-a", "nsb-guarded-allow-dns");
+        let without_door: Vec<Value> = wall_items("team-a")
+            .into_iter()
+            .filter(|policy| policy["metadata"]["name"] != "nsb-guarded-allow-dns")
+            .collect();
+        // The DNS door deleted during a gap; its repair's first request stalls, the hedge
+        // answers.
+        let before = api.writes().len();
+        api.script(&door, Scripted::Stall);
+        api.set_list(POLICIES, without_door);
+        api.expire_watch(POLICIES);
+        api.writes_when(Duration::from_secs(2), |writes| {
+            writes[before..].iter().filter(|w| w.path == door).count() == 2
+        })
+        .await;
+        let stalled_at = api.received()[(before..api.writes().len())
+            .find(|index| api.writes()[*index].path == door)
+            .unwrap()]
+        .1;
+        // The watch shows the door back; 12 s later (past the memory of an answered apply)
+        // the spec changes the door's ports, while the stalled request may still land (its
+        // budget is 30 s).
+        api.set_list(POLICIES, wall_items("team-a"));
+        api.expire_watch(POLICIES);
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let changed_at = tokio::time::Instant::now();
+        let mut respecified = baseline("guarded", seed());
+        respecified.metadata.generation = Some(2);
+        respecified.metadata.resource_version = Some("200".to_owned());
+        respecified.spec.dns = Some(
+            serde_json::from_value(json!({"ports": [{"protocol": "UDP", "port": 5353}]})).unwrap(),
+        );
+        api.set_list(
+            BASELINES,
+            vec![serde_json::to_value(respecified).unwrap()],
+        );
+        api.expire_watch(BASELINES);
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        let (writes, received) = (api.writes(), api.received());
+        let rewritten: Vec<_> = (before..writes.len())
+            .filter(|index| writes[*index].path == door && received[*index].1 >= changed_at)
+            .map(|index| received[index].1 - stalled_at)
+            .collect();
+        let budget = Duration::from_secs(30);
+        assert!(
+            rewritten.first().is_some_and(|at| *at >= budget),
+            "the door was written again {rewritten:?} after its stalled request went out, which may land until {budget:?}"
+        );
+    })
+    .await;
+}

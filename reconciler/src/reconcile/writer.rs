@@ -225,9 +225,14 @@ impl Writer {
             .entry(reference.name.clone())
             .or_default()
             .absorb(outcome);
+        self.ask_for(&reference.name);
+    }
+
+    /// Asks for a reconcile of `baseline` (in unit tests, which run it themselves, nothing).
+    pub(crate) fn ask_for(&self, baseline: &str) {
         if let Some(triggers) = &self.triggers {
             // A closed channel is a term that ended: the next one starts with a full pass.
-            let _ = triggers.unbounded_send(reference.clone());
+            let _ = triggers.unbounded_send(ObjectRef::new(baseline));
         }
     }
 

@@ -32,8 +32,9 @@ const YIELD_EVERY: usize = 256;
 
 /// The planned `changes` of `namespace` that are still to be written: a policy this term is
 /// writing and the cache does not show yet (in `pending`, read before the cache) is left to
-/// the reconcile its echo triggers; a policy someone else deleted is re-created as the repair
-/// of that deletion (unseen_writes.rs).
+/// the reconcile its echo triggers, and so is one whose hedged apply's late request, still
+/// able to land, carries another object; a policy someone else deleted is re-created as the
+/// repair of that deletion (unseen_writes.rs).
 pub(crate) fn still_needed(
     ctx: &Context,
     pending: &PendingWrites,
@@ -48,7 +49,7 @@ pub(crate) fn still_needed(
         .into_iter()
         .filter(|change| match change {
             Change::Create(policy) | Change::Repair(policy, _) => {
-                !pending.contains(namespace, name_of(policy))
+                !pending.contains(namespace, name_of(policy)) && !unseen.late_apply_differs(policy)
             }
             Change::Delete { .. } => true,
         })
@@ -89,6 +90,7 @@ pub(crate) async fn apply(
         .flatten();
     let mut changes = std::pin::pin!(changes);
     let limit = ctx.settings.concurrency.max(1);
+    let baseline: Option<Arc<str>> = handoff.map(|baseline| baseline.name_any().into());
     let mut in_flight: FuturesUnordered<WriteTask> = FuturesUnordered::new();
     let mut outcome = Outcome::default();
     while let Some(change) = changes.next().await {
@@ -97,7 +99,7 @@ pub(crate) async fn apply(
                 outcome.add(joined);
             }
         }
-        in_flight.push(spawn_write(ctx, change));
+        in_flight.push(spawn_write(ctx, change, baseline.clone()));
     }
     match handoff {
         None => {
@@ -126,9 +128,9 @@ pub(crate) async fn apply(
     outcome
 }
 
-/// Starts one write as its own task, marked pending first (so that a plan made while it is
-/// in flight leaves it alone, `unseen_writes.rs`).
-fn spawn_write(ctx: &Arc<Context>, change: Change) -> WriteTask {
+/// Starts one write of `baseline`'s as its own task, marked pending first (so that a plan made
+/// while it is in flight leaves it alone, `unseen_writes.rs`).
+fn spawn_write(ctx: &Arc<Context>, change: Change, baseline: Option<Arc<str>>) -> WriteTask {
     let (namespace, name) = target(&change);
     match &change {
         Change::Create(_) | Change::Repair(..) => ctx.caches.unseen.applying(namespace, name),
@@ -136,18 +138,18 @@ fn spawn_write(ctx: &Arc<Context>, change: Change) -> WriteTask {
     }
     let ctx = ctx.clone();
     tokio::spawn(async move {
-        let result = crate::base::panics::contain(apply_change(&ctx, &change))
+        let result = crate::base::panics::contain(apply_change(&ctx, &change, baseline))
             .await
             .and_then(|result| result);
         (change, result)
     })
 }
 
-async fn apply_change(ctx: &Context, change: &Change) -> Result<()> {
+async fn apply_change(ctx: &Context, change: &Change, baseline: Option<Arc<str>>) -> Result<()> {
     match change {
-        Change::Create(policy) => server_side_apply(ctx, policy).await,
+        Change::Create(policy) => server_side_apply(ctx, policy, baseline).await,
         Change::Repair(policy, drift) => {
-            let applied = server_side_apply(ctx, policy).await;
+            let applied = server_side_apply(ctx, policy, baseline).await;
             if applied.is_ok() && *drift == Drift::Deleted {
                 ctx.caches.unseen.recreated(
                     policy.metadata.namespace.as_deref().unwrap_or_default(),
@@ -165,7 +167,15 @@ async fn apply_change(ctx: &Context, change: &Change) -> Result<()> {
 /// sent twice has one outcome, so it is hedged ([`Context::hedging`]): still unanswered after
 /// the bound, it goes out again on a fresh connection and the first success is the answer;
 /// not while the API server has asked it to slow down (a 429's `Retry-After`: `Throttled`).
-async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> {
+/// The request that did not answer first runs on and may land later: until nothing of it
+/// can, no plan writes another object in its place (it would land over the newer object, to
+/// be read as drift: `UnseenWrites::late_apply`), then `baseline`'s reconcile of its
+/// namespace is asked for.
+async fn server_side_apply(
+    ctx: &Context,
+    policy: &NetworkPolicy,
+    baseline: Option<Arc<str>>,
+) -> Result<()> {
     let (Some(namespace), Some(name)) = (&policy.metadata.namespace, &policy.metadata.name) else {
         return Err(Error::MissingField {
             kind: "NetworkPolicy",
@@ -174,18 +184,22 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
     };
     let throttled = Throttled::default();
     let first = apply_request(&ctx.client, policy, Some(throttled.clone()));
-    let answer = match &ctx.hedging {
-        Some(hedging) => {
-            ctx.state
-                .write_hedged(
-                    hedging.bounds,
-                    first,
-                    move || throttled.retry_at(),
-                    || apply_request(&hedging.client, policy, None),
-                )
-                .await
-        }
-        None => ctx.write(first).await,
+    let (answer, unsettled) = match &ctx.hedging {
+        Some(hedging) => ctx
+            .state
+            .write_hedged(
+                ctx.term,
+                hedging.bounds,
+                first,
+                move || throttled.retry_at(),
+                || apply_request(&hedging.client, policy, None),
+            )
+            .await
+            .map_or_else(
+                |error| (Err(error), None),
+                |(answer, unsettled)| (Ok(answer), unsettled),
+            ),
+        None => (ctx.write(first).await, None),
     };
     let applied = answer.and_then(|answer| {
         answer.map_err(|source| Error::Apply {
@@ -199,6 +213,23 @@ async fn server_side_apply(ctx: &Context, policy: &NetworkPolicy) -> Result<()> 
         ctx.caches.unseen.apply_failed(namespace, name);
     } else {
         ctx.caches.unseen.applied(namespace, name);
+    }
+    if let (Ok(_), Some(unsettled)) = (&applied, unsettled) {
+        ctx.caches.unseen.late_apply(policy);
+        let (unseen, dirty, writer) = (
+            ctx.caches.unseen.clone(),
+            ctx.caches.dirty.clone(),
+            ctx.writer.clone(),
+        );
+        let (namespace, name) = (namespace.clone(), name.clone());
+        tokio::spawn(async move {
+            let _ = unsettled.await;
+            unseen.late_apply_ended(&namespace, &name);
+            if let Some(baseline) = baseline {
+                dirty.namespace(&baseline, &namespace);
+                writer.ask_for(&baseline);
+            }
+        });
     }
     applied?;
     debug!(%namespace, %name, "applied");
@@ -352,11 +383,14 @@ pub(crate) async fn publish(
         secondary: None,
     };
     // Its own task, waited for at most HANDOFF: a stalled Event never holds the reconcile.
-    let (state, recorder) = (ctx.state.clone(), ctx.recorder.clone());
+    let (state, recorder, term) = (ctx.state.clone(), ctx.recorder.clone(), ctx.term);
     let (reference, name) = (baseline.object_ref(&()), baseline.name_any());
     let reason = reason.to_owned();
     let task = tokio::spawn(async move {
-        match state.write(recorder.publish(&event, &reference)).await {
+        match state
+            .write(term, recorder.publish(&event, &reference))
+            .await
+        {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
                 warn!(baseline = %name, %reason, %error, "could not publish an Event");

@@ -157,6 +157,16 @@ async fn lead_while_elected(
             continue;
         }
 
+        // A term starts once the writes of the last one have settled (answered, or the write
+        // grace after they were abandoned): one still under way, refused nothing since it was
+        // admitted, could land after this term's newer write of the same object.
+        if state.leader.writes_in_flight() > 0 {
+            info!("leading: waiting for the last term's writes to settle");
+        }
+        tokio::select! {
+            () = state.leader.writes_settled() => {}
+            _ = shutdown.changed() => return Ok(()),
+        }
         info!(%identity, "leading: starting the controller");
         state.metrics.set_leader(true);
         let (stop, stopped) = oneshot::channel::<()>();

@@ -100,15 +100,18 @@ enum Fact {
     StatusWritten,
     /// An OpenReports Report this term applied or deleted.
     ReportWritten,
+    /// A request of an apply of a NetworkPolicy that did not give the answer (a hedged
+    /// apply's) runs on and may land late, with the object it carries.
+    LateApply,
 }
 
 impl Fact {
-    const COUNT: usize = 6;
+    const COUNT: usize = 7;
 
     fn lifetime(self) -> Duration {
         match self {
             Self::Applying | Self::ReportWritten => lifetime::APPLY,
-            Self::ApplyInFlight => lifetime::IN_FLIGHT,
+            Self::ApplyInFlight | Self::LateApply => lifetime::IN_FLIGHT,
             Self::Deleting | Self::DeletedByOthers => lifetime::DELETION,
             Self::StatusWritten => lifetime::STATUS,
         }
@@ -145,6 +148,8 @@ enum Remembered {
     },
     /// The report written, as the cache would keep it (`None`: deleted).
     Report(Option<KnownReport>),
+    /// The object a request carries.
+    Policy(Box<NetworkPolicy>),
 }
 
 #[derive(Debug)]
@@ -371,6 +376,36 @@ impl UnseenWrites {
         let mut memory = self.memory();
         memory.registering();
         memory.remember(Fact::Deleting, namespace, name, Remembered::Fact);
+    }
+
+    /// A request of the apply of `sent` that did not give the answer runs on and may land
+    /// late: until [`UnseenWrites::late_apply_ended`], no other object is written in its
+    /// place, so that it never lands over a newer one (to be read as drift).
+    pub fn late_apply(&self, sent: &NetworkPolicy) {
+        let (Some(namespace), Some(name)) = (&sent.metadata.namespace, &sent.metadata.name) else {
+            return;
+        };
+        let mut memory = self.memory();
+        memory.registering();
+        let sent = Remembered::Policy(Box::new(sent.clone()));
+        memory.remember(Fact::LateApply, namespace, name, sent);
+    }
+
+    /// Nothing of the late request of `namespace/name` can land any more.
+    pub fn late_apply_ended(&self, namespace: &str, name: &str) {
+        self.memory().forget(Fact::LateApply, namespace, name);
+    }
+
+    /// Whether a request that may still land carries another object than `planned`.
+    pub fn late_apply_differs(&self, planned: &NetworkPolicy) -> bool {
+        let (Some(namespace), Some(name)) = (&planned.metadata.namespace, &planned.metadata.name)
+        else {
+            return false;
+        };
+        matches!(
+            self.memory().recall(Fact::LateApply, namespace, name),
+            Some(Entry { remembered: Remembered::Policy(sent), .. }) if **sent != *planned
+        )
     }
 
     /// Whether the watch showed someone else delete `namespace/name` (and this term has not

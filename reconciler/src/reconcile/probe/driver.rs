@@ -28,6 +28,7 @@ use kube::{Client, ResourceExt};
 use namespace_baseline_core::facts::NamespaceFacts;
 use namespace_baseline_core::identity::{deny_all_policy_name, dns_policy_name};
 use namespace_baseline_core::spec::{Mode, NamespaceBaseline};
+use namespace_baseline_leader::TermId;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -86,6 +87,7 @@ pub fn start(
     let driver = Driver {
         client,
         options,
+        term: state.leader.current_term(),
         state,
         baselines,
         caches,
@@ -107,6 +109,8 @@ struct Driver {
     baselines: Store<NamespaceBaseline>,
     caches: Caches,
     triggers: mpsc::UnboundedSender<ObjectRef<NamespaceBaseline>>,
+    /// The leadership term the probe runs for: its writes are refused once it ends.
+    term: TermId,
 }
 
 /// When each baseline is due again, and the generation it was last probed at.
@@ -393,7 +397,10 @@ impl Driver {
         self.state.metrics.probe.api_request();
         let created = self
             .state
-            .write(api.create(&PostParams::default(), &pod(baseline, role, &image, args)))
+            .write(
+                self.term,
+                api.create(&PostParams::default(), &pod(baseline, role, &image, args)),
+            )
             .await
             .map_err(|error| {
                 failed(format!(
@@ -524,7 +531,10 @@ impl Driver {
                 self.state.metrics.probe.api_request();
                 let deleted = self
                     .state
-                    .write(api.delete(&pod.name_any(), &DeleteParams::default()))
+                    .write(
+                        self.term,
+                        api.delete(&pod.name_any(), &DeleteParams::default()),
+                    )
                     .await;
                 if !matches!(deleted, Ok(Ok(_))) {
                     debug!(%baseline, %namespace, pod = %pod.name_any(), "probe pod not deleted");
