@@ -100,7 +100,7 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             reports: Reports::new(settings.reports),
-            writer: Writer::default(),
+            writer: Writer::detached(caches.dirty.clone()),
             hedging: None,
             term: state.leader.current_term(),
             client,

@@ -347,7 +347,7 @@ async fn converge(
 
 /// Whether the baseline's DNS door opens onto its DNS Service's ready endpoints, from the
 /// DNS namespace's caches.
-fn dns_check(spec: &NamespaceBaselineSpec, dns: &DnsCaches) -> DnsCheck {
+pub(crate) fn dns_check(spec: &NamespaceBaselineSpec, dns: &DnsCaches) -> DnsCheck {
     let door = spec.dns_target();
     let (namespace, name) = door.service_ref();
     if namespace != dns.namespace {

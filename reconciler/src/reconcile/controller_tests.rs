@@ -1530,3 +1530,26 @@ async fn a_write_of_an_ended_term_never_goes_out_in_the_next() {
         "a status write of the ended term went out in the next: {requests:#?}"
     );
 }
+
+/// Issue 52, finding 6: the answer of a status write handed to the writer asks for a
+/// reconcile that reports it (a failure, the status held back meanwhile), and that reconcile
+/// plans no namespace: nothing in the wall changed.
+#[tokio::test]
+async fn the_reconcile_a_status_answer_asks_for_plans_no_namespace() {
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    let dirty = harness.ctx.caches.dirty.clone();
+    assert_eq!(
+        dirty.take("guarded", RESYNC),
+        crate::view::scope::Scope::All
+    );
+    let writer = harness.ctx.writer.clone();
+    writer.take_over_status(&baseline("guarded", seed()), tokio::spawn(async { Ok(()) }));
+    while writer.status_in_flight("guarded") {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        dirty.take("guarded", RESYNC),
+        crate::view::scope::Scope::Namespaces(Default::default()),
+        "the reconcile of a status answer is a full pass"
+    );
+}

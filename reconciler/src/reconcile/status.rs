@@ -145,6 +145,25 @@ pub fn desired(
     }
 }
 
+/// Whether `status` already tells what `dns` found: a check not listed yet tells nothing new
+/// ([`desired`] keeps the last one).
+pub fn tells(status: Option<&NamespaceBaselineStatus>, dns: &DnsCheck) -> bool {
+    let DnsCheck::Checked(dns) = dns else {
+        return true;
+    };
+    let told = status.and_then(|status| {
+        status
+            .conditions
+            .iter()
+            .find(|condition| condition.type_ == DNS_REACHABLE)
+    });
+    told.is_some_and(|told| {
+        (told.status == "True") == dns.reachable
+            && told.reason == dns.reason
+            && told.message == dns.message
+    })
+}
+
 /// Holes by width, every width named (0 included) so that a closed hole shows as 0.
 pub fn hole_counts(holes: &[(String, Hole)]) -> BTreeMap<String, u32> {
     count_by_width(holes.iter().map(|(_, hole)| hole))

@@ -30,8 +30,9 @@ use tracing::debug;
 
 use crate::base::watch_errors::{Watch, watch_events};
 use crate::reconcile::context::{Context, Hedging, Settings};
-use crate::reconcile::controller::{error_policy, reconcile};
+use crate::reconcile::controller::{dns_check, error_policy, reconcile};
 use crate::reconcile::state::State;
+use crate::reconcile::status;
 use crate::reconcile::writer::Writer;
 use crate::view::caches::{Caches, DnsWatches, ListTracker};
 use crate::view::namespace_cache::{CachedNamespace, NamespaceMeta};
@@ -59,6 +60,23 @@ pub fn baseline_changes(baseline: &NamespaceBaseline) -> Option<u64> {
         .map(|time| time.0.as_nanosecond())
         .hash(&mut hasher);
     Some(hasher.finish())
+}
+
+/// The baselines whose DNS door the DNS namespace's caches now check otherwise than their
+/// status says (the one this term last wrote, or the cache's).
+fn doors_turned(caches: &Caches, store: &Store<NamespaceBaseline>) -> Vec<Trigger> {
+    let Some(dns) = &caches.dns else {
+        return Vec::new();
+    };
+    baselines_for_dns(&dns.namespace, &store.state())
+        .into_iter()
+        .filter(|trigger| {
+            store.get(trigger).is_some_and(|baseline| {
+                let check = dns_check(&baseline.spec, dns);
+                !status::tells(caches.unseen.status(&baseline).as_ref(), &check)
+            })
+        })
+        .collect()
 }
 
 /// Where the watches' triggers go: to the controller of the current term, or nowhere; and
@@ -255,12 +273,13 @@ impl Watches {
             policy_triggers.boxed(),
         ];
         if let Some(dns) = dns {
-            // A change in the DNS namespace re-checks the doors of the baselines it serves.
-            let namespace = dns.caches.namespace.clone();
-            let store = baselines.clone();
+            // A change of what a DNS door depends on re-checks the doors it serves, here: only
+            // a door that its baseline's status says otherwise of is reconciled (its status,
+            // its Event and every namespace's report tell the door).
+            let (caches, store) = (caches.clone(), baselines.clone());
             triggers.push(
                 dns.changes
-                    .flat_map(move |()| stream::iter(baselines_for_dns(&namespace, &store.state())))
+                    .flat_map(move |()| stream::iter(doors_turned(&caches, &store)))
                     .boxed(),
             );
         }
@@ -301,7 +320,7 @@ impl Watches {
     ) {
         // The writer's answers ask for the reconcile that reports them.
         let (landed, landed_triggers) = mpsc::unbounded();
-        let writer = Writer::new(landed);
+        let writer = Writer::new(self.caches.dirty.clone(), landed);
         let triggers = self.relay.connect(writer.clone());
         for baseline in self.baselines.state() {
             self.caches.dirty.all(&baseline.name_any());

@@ -29,6 +29,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tracing::debug;
 
 use crate::base::error::{Error, ErrorClass, Result};
+use crate::view::scope::Dirty;
 
 /// How long a reconcile waits for its writes once all have gone out (and for its status
 /// write, and for each Event) before it hands them to the writer: well above an answer's
@@ -137,9 +138,11 @@ impl Outcome {
 }
 
 /// The writes handed over by the reconciles of one leadership term, per baseline.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Writer {
     inner: Arc<Mutex<Handed>>,
+    /// What the reconcile that reports an answer looks at: what the answers wrote.
+    dirty: Dirty,
     /// Where the reconcile that reports an answer is asked for (none in unit tests, which run
     /// the next reconcile themselves).
     triggers: Option<UnboundedSender<ObjectRef<NamespaceBaseline>>>,
@@ -154,10 +157,19 @@ struct Handed {
 }
 
 impl Writer {
-    pub fn new(triggers: UnboundedSender<ObjectRef<NamespaceBaseline>>) -> Self {
+    pub fn new(dirty: Dirty, triggers: UnboundedSender<ObjectRef<NamespaceBaseline>>) -> Self {
+        Self {
+            triggers: Some(triggers),
+            ..Self::detached(dirty)
+        }
+    }
+
+    /// A writer that asks for no reconcile (unit tests run it themselves).
+    pub fn detached(dirty: Dirty) -> Self {
         Self {
             inner: Arc::default(),
-            triggers: Some(triggers),
+            dirty,
+            triggers: None,
         }
     }
 
@@ -165,13 +177,12 @@ impl Writer {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes over the writes of `baseline` still in flight; `on_landed` is told the
-    /// namespaces they wrote once all are answered, before the next reconcile is asked for.
+    /// Takes over the writes of `baseline` still in flight; once all are answered, the
+    /// reconcile that reports them is asked for, looking at the namespaces they wrote.
     pub(crate) fn take_over(
         &self,
         baseline: &NamespaceBaseline,
         mut tasks: FuturesUnordered<WriteTask>,
-        on_landed: impl FnOnce(&HashSet<String>) + Send + 'static,
     ) {
         let writer = self.clone();
         let reference = ObjectRef::from_obj(baseline);
@@ -185,7 +196,9 @@ impl Writer {
                 }
                 outcome.add(joined);
             }
-            on_landed(&namespaces);
+            for namespace in &namespaces {
+                writer.dirty.namespace(&reference.name, namespace);
+            }
             writer.landed(&reference, outcome);
         });
     }
@@ -210,6 +223,9 @@ impl Writer {
                 ))),
             }
             writer.handed().statuses.remove(&reference.name);
+            // The reconcile that reports it (or writes the status held back meanwhile)
+            // plans no namespace: nothing in the wall changed.
+            writer.dirty.report(&reference.name);
             writer.landed(&reference, outcome);
         });
     }

@@ -114,14 +114,7 @@ pub(crate) async fn apply(
             }
             if !in_flight.is_empty() {
                 outcome.counts.handed_over = count(in_flight.len());
-                let (dirty, name) = (ctx.caches.dirty.clone(), baseline.name_any());
-                ctx.writer
-                    .take_over(baseline, in_flight, move |namespaces| {
-                        // The reconcile that reports them looks at what they wrote.
-                        for namespace in namespaces {
-                            dirty.namespace(&name, namespace);
-                        }
-                    });
+                ctx.writer.take_over(baseline, in_flight);
             }
         }
     }

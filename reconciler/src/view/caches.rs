@@ -5,14 +5,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use namespace_baseline_core::DnsSpec;
-use namespace_baseline_core::doors::{DnsObjects, Reachability, check_dns_objects};
+use namespace_baseline_core::doors::{
+    DnsObjects, Reachability, SERVICE_NAME_LABEL, check_dns_objects,
+};
 use tokio::sync::watch;
 use tracing::info;
 
@@ -22,7 +27,7 @@ use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
 use crate::view::scope::{Dirty, LiveNamespaces, MatchedNamespaces, PolicyIndex, Scope};
 use crate::view::unseen_writes::UnseenWrites;
-use crate::view::watched_cache::{WatchedCache, same_version};
+use crate::view::watched_cache::{Same, WatchedCache, same_content};
 
 /// The watch caches a reconcile reads the cluster from: no LIST or GET on the hot path.
 #[derive(Clone)]
@@ -115,7 +120,9 @@ impl Caches {
 /// The Services (metadata), EndpointSlices and pods (metadata) of the one namespace the
 /// cluster's DNS runs in (`--dns-namespace`). Listed apart from the wall's caches: a DNS
 /// namespace the reconciler may not read (RBAC) leaves `DNSReachable` Unknown, never the wall
-/// unattended.
+/// unattended. Each keeps only what a DNS door's check reads ([`slim_meta`], [`slim_slice`]),
+/// and compares by it: in a busy namespace (pods annotated, rolled, their status updated)
+/// only a change that could turn a door is one.
 #[derive(Clone)]
 pub struct DnsCaches {
     pub namespace: String,
@@ -154,21 +161,21 @@ impl DnsWatches {
                 Api::namespaced(client.clone(), namespace),
                 Watch::within("services", namespace),
                 errors,
-                service_writer,
+                (service_writer, slim_meta, same_meta),
                 on_listed(0),
             ),
             changes(
                 Api::namespaced(client.clone(), namespace),
                 Watch::within("endpointslices", namespace),
                 errors,
-                slice_writer,
+                (slice_writer, slim_slice, same_content),
                 on_listed(1),
             ),
             changes(
                 Api::namespaced(client.clone(), namespace),
                 Watch::within("pods", namespace),
                 errors,
-                pod_writer,
+                (pod_writer, slim_meta, same_meta),
                 on_listed(2),
             ),
         ])
@@ -186,13 +193,14 @@ impl DnsWatches {
     }
 }
 
-/// `watch`, of `api`, into the cache `writer` fills, as the changes it makes (its errors told
-/// to `errors`); `on_listed` is told of each completed list.
+/// `watch`, of `api`, into the cache `writer` fills with each object as `slim` keeps it, as
+/// the changes `same` tells (its errors told to `errors`); `on_listed` is told of each
+/// completed list.
 fn changes<K>(
     api: kube::Api<K>,
     watch: Watch<'_>,
     errors: &WatchErrors,
-    writer: Writer<K>,
+    (writer, slim, same): (Writer<K>, fn(&mut K), Same<K>),
     on_listed: impl Fn() + Send + 'static,
 ) -> Changes
 where
@@ -207,19 +215,77 @@ where
 {
     let mut cache = WatchedCache::new(writer);
     watch_events(
-        watcher(api, watcher::Config::default().any_semantic()),
+        watcher(api, watcher::Config::default().any_semantic()).modify(slim),
         watch,
         errors.clone(),
     )
     .filter_map(move |event| {
         let mut changed = false;
-        cache.apply(&event, same_version, |_, _| changed = true);
+        cache.apply(&event, same, |before, after| {
+            changed |=
+                !matches!((before, after), (Some(before), Some(after)) if same(before, after));
+        });
         if matches!(event, watcher::Event::InitDone) {
             on_listed();
         }
         std::future::ready(changed.then_some(()))
     })
     .boxed()
+}
+
+/// Keeps of an object's metadata what a DNS door's check reads: its name and namespace (a
+/// Service's existence), and its labels (a pod's).
+fn slim_meta<K>(object: &mut PartialObjectMeta<K>) {
+    let metadata = std::mem::take(&mut object.metadata);
+    object.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        labels: metadata.labels,
+        ..ObjectMeta::default()
+    };
+}
+
+fn same_meta<K>(a: &PartialObjectMeta<K>, b: &PartialObjectMeta<K>) -> bool {
+    a.metadata == b.metadata
+}
+
+/// Keeps of an EndpointSlice what a DNS door's check reads: whose Service it is, its
+/// endpoints' addresses, readiness and pods, and its ports.
+fn slim_slice(slice: &mut EndpointSlice) {
+    let metadata = std::mem::take(&mut slice.metadata);
+    let service = metadata
+        .labels
+        .and_then(|mut labels| labels.remove_entry(SERVICE_NAME_LABEL));
+    slice.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        labels: service.map(|label| [label].into()),
+        ..ObjectMeta::default()
+    };
+    for endpoint in slice.endpoints.iter_mut().flatten() {
+        *endpoint = Endpoint {
+            addresses: std::mem::take(&mut endpoint.addresses),
+            conditions: endpoint
+                .conditions
+                .take()
+                .map(|conditions| EndpointConditions {
+                    ready: conditions.ready,
+                    terminating: conditions.terminating,
+                    serving: None,
+                }),
+            target_ref: endpoint.target_ref.take().map(|target| ObjectReference {
+                kind: target.kind,
+                namespace: target.namespace,
+                name: target.name,
+                ..ObjectReference::default()
+            }),
+            ..Endpoint::default()
+        };
+    }
+    for port in slice.ports.iter_mut().flatten() {
+        port.app_protocol = None;
+        port.name = None;
+    }
 }
 
 impl DnsCaches {

@@ -1,7 +1,9 @@
 //! Which namespaces a reconcile looks at. A watch event on one namespace or on one policy
 //! concerns that namespace only: the reconcile it triggers plans and writes for it alone,
 //! at a cost that does not grow with the cluster. A new or changed baseline, a resync, a
-//! failed reconcile or an `Audit` baseline get the full pass over every namespace.
+//! failed reconcile or an `Audit` baseline get the full pass over every namespace; a reconcile
+//! asked for only to report (a status write answered, a probe verdict without a canary) looks
+//! at none.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
@@ -42,6 +44,8 @@ struct DirtyState {
 struct Pending {
     all: bool,
     namespaces: BTreeSet<String>,
+    /// Asked for only to report: no namespace to look at, unless some are marked.
+    report: bool,
 }
 
 impl Dirty {
@@ -69,6 +73,16 @@ impl Dirty {
         self.marks.fetch_add(1, AtomicOrdering::Release);
     }
 
+    /// The next reconcile of `baseline` is asked for only to report what it finds: it looks at
+    /// the namespaces marked, if any, else at none.
+    pub fn report(&self, baseline: &str) {
+        self.state()
+            .pending
+            .entry(baseline.to_owned())
+            .or_default()
+            .report = true;
+    }
+
     /// The namespaces marked for `baseline`'s next reconcile, when anything was marked since
     /// `seen` (which it then updates); `None` otherwise. They stay marked: a full pass in
     /// flight reads them to put a new namespace's wall ahead of its own writes
@@ -89,9 +103,9 @@ impl Dirty {
         )
     }
 
-    /// What a reconcile of `baseline` starting now looks at: the namespaces marked, or every
-    /// namespace when so marked, when nothing is marked (a resync), or when the last full
-    /// pass is older than `resync`.
+    /// What a reconcile of `baseline` starting now looks at: the namespaces marked (none when
+    /// it was asked for only to report), or every namespace when so marked, when nothing is
+    /// marked (a resync), or when the last full pass is older than `resync`.
     pub fn take(&self, baseline: &str, resync: Duration) -> Scope {
         let mut state = self.state();
         let pending = state.pending.remove(baseline).unwrap_or_default();
@@ -99,7 +113,7 @@ impl Dirty {
             .full
             .get(baseline)
             .is_none_or(|at| at.elapsed() >= resync);
-        if pending.all || pending.namespaces.is_empty() || stale {
+        if pending.all || (pending.namespaces.is_empty() && !pending.report) || stale {
             state.full.insert(baseline.to_owned(), Instant::now());
             Scope::All
         } else {

@@ -229,10 +229,11 @@ impl Driver {
             },
         );
         match &canary {
-            Ok(_) if changed => self.caches.dirty.all(&name),
-            // The reconcile this triggers looks at the canary namespace only (scope.rs).
+            _ if changed => self.caches.dirty.all(&name),
+            // The reconcile this triggers looks at the canary namespace only (scope.rs), or,
+            // without one, at none: it reports the verdict in the status.
             Ok(canary) => self.caches.dirty.namespace(&name, canary),
-            Err(_) => {}
+            Err(_) => self.caches.dirty.report(&name),
         }
         let _ = self.triggers.unbounded_send(ObjectRef::from_obj(baseline));
         ran
