@@ -111,11 +111,10 @@ impl Retries {
 /// capped exponential backoff with equal jitter, from [`WatchBackoff::BASE`] to
 /// [`WatchBackoff::CAP`]; reset by the watch's next answer (`watch_errors::watch_events`).
 ///
-/// kube's default (client-go's: 0.8 s doubling up to 30 s, reset only after 2 minutes)
-/// left the reconciler blind for up to 30 s after an API server restart: every failed
-/// reconnection during the outage doubled the wait, so the watches came back long after the
-/// API server did, and a wall deleted meanwhile stayed down. Three watches retrying every
-/// 5 s at most are no burden for a recovering API server.
+/// Not kube's default (client-go's: 0.8 s doubling up to 30 s, reset only after 2 minutes):
+/// every failed reconnection during an outage doubles the wait, so the watches would come
+/// back long after the API server did, and a wall deleted meanwhile would stay down. A few
+/// watches retrying every 5 s at most are no burden for a recovering API server.
 #[derive(Debug)]
 pub struct WatchBackoff {
     attempt: u32,

@@ -46,13 +46,11 @@ pub struct Hedging {
 
 impl Hedging {
     /// No hedge while more writes than this are in flight: a pass over many namespaces
-    /// writes `--concurrency` (64) at a time, and a write slow among many is waiting in the
-    /// API server's queue, which a copy would only lengthen. A repair writes one or two
-    /// objects, its status and an Event; on a faulty link a few more writes of the last
-    /// seconds are still waiting out a 429's `Retry-After` or a stall. With 4 here, the chaos
-    /// soak's repairs often had 5–8 writes in flight: 9 of the 48 stalled repair applies
-    /// went unhedged, each holding its repair for the whole stall (0.5–3 s), about as many
-    /// repairs over 1.5 s as the fault model's floor counts for all other causes together.
+    /// writes `--concurrency` at a time, and a write slow among many is waiting in the API
+    /// server's queue, which a copy would only lengthen. A repair writes one or two objects,
+    /// its status and an Event; on a faulty link a few more writes of the last seconds are
+    /// still waiting out a 429's `Retry-After` or a stall, and a repair must still be hedged
+    /// then: the bound leaves room for them.
     pub const MAX_IN_FLIGHT: usize = 16;
 
     /// Hedges on `client` after `after`.

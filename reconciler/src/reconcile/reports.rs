@@ -88,9 +88,8 @@ pub async fn write(
         });
     let report = report_name(&name);
     // Each Report is built when its write is about to run, so that at most `concurrency` of
-    // them are in memory at once: all built before the first write, the 20,000 of a large
-    // install took the reconciler's peak to 123 MiB and left it at 72.6 MiB at rest, against
-    // 71.2 and 65.0 MiB this way (BENCHMARKS.md, "OpenReports").
+    // them are in memory at once, not one per covered namespace (the peak of a large install,
+    // and the allocator's footprint after it).
     let applies = covered.iter().filter_map(|namespace| {
         let wall = walls.get(*namespace).unwrap_or(&WallState::InPlace);
         let content = namespace_report(&NamespaceState {

@@ -76,7 +76,7 @@ pub(crate) async fn apply(
     writes: impl Iterator<Item = (String, Vec<Change>)> + Send,
 ) -> Outcome {
     // Each change is counted and dropped as its write answers: collecting them until the
-    // end would hold every desired object of a first install (10,000 at 5,000 namespaces).
+    // end would hold every desired object of a first install.
     // A pass over thousands of namespaces with little to write would plan them all in one
     // poll: it yields every few namespaces, so that the watches (and the triggers they mark)
     // are read meanwhile and a namespace marked meanwhile can go ahead (ahead.rs).

@@ -153,16 +153,15 @@ pub struct RunOptions {
     #[arg(long, global = true)]
     pub api_door_policy: Option<String>,
 
-    /// Write requests in flight within one reconcile. 64: the API server's own floor for the
-    /// wall's server-side applies was lowest there (docs/benchmarks-history.md, "At the API server's floor").
+    /// Write requests in flight within one reconcile: enough to keep the API server's
+    /// server-side apply at its own floor during a pass, not more.
     #[arg(long, global = true, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
     /// Hedge a wall apply unanswered this long: send it again on a fresh connection and take
     /// the first answer (at most once per write, not while a 429's Retry-After runs, never
-    /// while more than 16 writes are in flight). Well above a healthy apply's answer (the
-    /// benchmarks' repair p99 is under 10 ms), well below a stalled one's; "0" turns hedging
-    /// off.
+    /// while more than 16 writes are in flight). Well above a healthy apply's answer, well
+    /// below a stalled one's; "0" turns hedging off.
     #[arg(long, global = true, default_value = "200ms", value_parser = parse_duration_or_zero)]
     pub hedge_after: Duration,
 

@@ -145,7 +145,7 @@ pub struct PolicyIndex {
 }
 
 /// Names in a plain list per namespace: a namespace holds a few policies (the wall and the
-/// team's own), and a set would take ~130 more bytes per namespace (2.6 MB at 20,000).
+/// team's own), and a set would take ~130 more bytes per namespace.
 type ByNamespace = HashMap<Box<str>, Vec<Box<str>>>;
 
 #[derive(Default)]
@@ -222,8 +222,8 @@ impl PolicyIndex {
 /// the cache's size less the namespaces being deleted, which the namespace watch records here
 /// as it takes each change in (a handful, held by name so that a change seen twice counts
 /// once). A baseline's `namespacesLeftOut` is this count less the namespaces it matches
-/// ([`MatchedNamespaces`]): counted over every namespace on each reconcile, it made a repair's
-/// cost grow with the cluster (issue 38).
+/// ([`MatchedNamespaces`]): counted over every namespace on each reconcile, it would make a
+/// repair's cost grow with the cluster.
 #[derive(Clone)]
 pub struct LiveNamespaces {
     cache: Store<CachedNamespace>,
@@ -274,8 +274,8 @@ impl LiveNamespaces {
 
 /// The namespaces each baseline's selector matches, as its last full pass and the scoped
 /// reconciles since saw them: a scoped reconcile updates its own namespaces and reads the
-/// status's count from here, without a scan of every namespace (at 5,000 namespaces that
-/// scan was half the CPU of a repair).
+/// status's count from here, without a scan of every namespace (which would dominate a
+/// repair's cost in a large cluster).
 #[derive(Clone, Default)]
 pub struct MatchedNamespaces {
     by_baseline: Arc<Mutex<HashMap<String, HashSet<Box<str>>>>>,

@@ -2,10 +2,10 @@
 //! wrote: all the reconciler ever reads of a stored report, and nothing else. A reconcile asks
 //! two things of it: whose report it is (its baseline label, to find a baseline's reports) and
 //! whether it says what the reconcile would write (one fingerprint of everything of it the
-//! reconciler owns). The watch turns each Report into a [`ShownReport`] as it arrives (issue
-//! 38: at 5,000 namespaces the slimmed Reports, metadata and scope kept, cost 12.5 MiB of the
-//! reconciler's 38.3); the cache keeps its [`KnownReport`] under its name and namespace
-//! (`cache.rs`).
+//! reconciler owns). The watch turns each Report into a [`ShownReport`] as it arrives (a
+//! Report kept whole, even slimmed to its metadata and scope, would be the biggest object the
+//! reconciler holds, one per covered namespace); the cache keeps its [`KnownReport`] under its
+//! name and namespace (`cache.rs`).
 
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::sync::Arc;
