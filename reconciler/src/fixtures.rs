@@ -412,7 +412,7 @@ impl Harness {
                 self.state.clone(),
                 "test".into(),
             )
-            .with_writer(self.ctx.writer.clone()),
+            .with_handoff(self.ctx.handoff.clone()),
         )
     }
 

@@ -1,6 +1,6 @@
 //! What a reconcile is given, for one leadership term (kube-rs's `Context`): the client, the
 //! caches, the Event recorder, the settings, the process's state and the writes handed over
-//! (`writer.rs`); and the one way it writes, [`Context::write`], through the leader gate.
+//! (`handoff.rs`); and the one way it writes, [`Context::write`], through the leader gate.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use kube::runtime::events::{Recorder, Reporter};
 use namespace_baseline_leader::{HedgeBounds, TermId};
 
 use crate::base::error::Result;
+use crate::reconcile::handoff::Handoff;
 use crate::reconcile::state::State;
-use crate::reconcile::writer::Writer;
 use crate::view::caches::Caches;
 use crate::view::reports::Reports;
 
@@ -76,7 +76,7 @@ pub struct Context {
     /// The OpenReports side of this term.
     pub reports: Reports,
     /// The writes this term's reconciles handed over while still in flight.
-    pub writer: Writer,
+    pub handoff: Handoff,
     /// How the wall's applies are hedged; `None`: never.
     pub hedging: Option<Hedging>,
     /// The leadership term this context was made for: its writes are refused once it ends.
@@ -98,7 +98,7 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             reports: Reports::new(settings.reports),
-            writer: Writer::detached(caches.dirty.clone()),
+            handoff: Handoff::detached(caches.dirty.clone()),
             hedging: None,
             term: state.leader.current_term(),
             client,
@@ -110,10 +110,10 @@ impl Context {
 }
 
 impl Context {
-    /// The writer whose answers ask for the reconcile that reports them.
+    /// The handoff whose answers ask for the reconcile that reports them.
     #[must_use]
-    pub fn with_writer(self, writer: Writer) -> Self {
-        Self { writer, ..self }
+    pub fn with_handoff(self, handoff: Handoff) -> Self {
+        Self { handoff, ..self }
     }
 
     /// Hedges the wall's applies ([`Hedging`]).

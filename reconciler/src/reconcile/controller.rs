@@ -28,9 +28,9 @@ use crate::base::error::{Error, ErrorClass, Result};
 use crate::base::metrics::ReconcileResult;
 use crate::reconcile::ahead::AheadOfThePass;
 use crate::reconcile::context::Context;
+use crate::reconcile::handoff::{Counts, HANDOFF, count};
 use crate::reconcile::state::uid_of;
-use crate::reconcile::status::{self, DnsCheck, Failure, Report};
-use crate::reconcile::writer::{Counts, HANDOFF, count};
+use crate::reconcile::status::{self, DnsCheck, Failure, Findings};
 use crate::reconcile::writes::{apply, patch_finalizers, patch_status, publish, still_needed};
 use crate::view::caches::{Caches, DnsCaches};
 use crate::view::namespace_cache::CachedNamespace;
@@ -182,7 +182,7 @@ async fn reconcile_baseline(
 
 /// What converging a baseline did.
 struct Converged {
-    report: Report,
+    report: Findings,
     counts: Counts,
     /// Holes not reported before.
     new_holes: Vec<(String, Hole)>,
@@ -218,7 +218,7 @@ async fn converge(
     scope: &Scope,
     pending: &PendingWrites,
 ) -> Converged {
-    let mut report = Report {
+    let mut report = Findings {
         generation: baseline.meta().generation,
         mode: baseline.spec.mode,
         namespaces: 0,
@@ -321,13 +321,13 @@ async fn converge(
             .unwrap_or_else(std::sync::PoisonError::into_inner),
         scoped,
     );
-    // What earlier reconciles handed to the writer and it has collected since: reported here.
-    if let Some(landed) = ctx.writer.take(&name) {
+    // What earlier reconciles handed over and the handoff has collected since: reported here.
+    if let Some(landed) = ctx.handoff.take(&name) {
         outcome.absorb(landed);
     }
     let (counts, error) = outcome.into_parts();
     if counts.handed_over > 0 {
-        debug!(baseline = %name, in_flight = counts.handed_over, "writes handed to the writer: the reconcile after their answers reports them");
+        debug!(baseline = %name, in_flight = counts.handed_over, "writes handed over: the reconcile after their answers reports them");
     }
     report.drift_repairs = count(counts.repaired.len());
     report.objects_applied = counts.writes();
@@ -398,7 +398,7 @@ async fn clean_up(
     let name = baseline.name_any();
     // Its holes are no longer reported, its status no longer written.
     ctx.state.forget_baseline(&ctx.caches, baseline);
-    ctx.writer.forget(&name);
+    ctx.handoff.forget(&name);
     if !has_finalizer(baseline) {
         return Ok(Action::await_change());
     }
@@ -430,7 +430,7 @@ async fn write_status(
     baseline: &NamespaceBaseline,
     ctx: &Arc<Context>,
     previous: Option<&NamespaceBaselineStatus>,
-    report: &Report,
+    report: &Findings,
 ) -> Result<bool> {
     let mut desired = status::desired(previous, report, &now());
     if let Some(ready) = desired.conditions.iter().find(|c| c.type_ == status::READY) {
@@ -451,13 +451,13 @@ async fn write_status(
         return Ok(false);
     }
     let name = baseline.name_any();
-    if ctx.writer.status_in_flight(&name) {
+    if ctx.handoff.status_in_flight(&name) {
         // One status write at a time: the answer of the one in flight asks for the reconcile
         // that writes this one, so an older status never lands after a newer.
         debug!(baseline = %name, "a status write is in flight: this status waits for its answer");
         return Ok(false);
     }
-    // Its own task, waited for at most HANDOFF, then handed to the writer.
+    // Its own task, waited for at most HANDOFF, then handed over (handoff.rs).
     let mut task = tokio::spawn({
         let (ctx, baseline) = (ctx.clone(), baseline.clone());
         let carried = report.drift_repairs;
@@ -475,7 +475,7 @@ async fn write_status(
             "the status write's task ended: {join}"
         ))),
         Err(_) => {
-            ctx.writer.take_over_status(baseline, task);
+            ctx.handoff.take_over_status(baseline, task);
             Ok(true)
         }
     }
@@ -485,7 +485,7 @@ async fn write_status(
 async fn announce(
     baseline: &NamespaceBaseline,
     ctx: &Context,
-    report: &Report,
+    report: &Findings,
     counts: &Counts,
     status_changed: bool,
 ) {
@@ -559,7 +559,7 @@ async fn announce_doors_and_holes(
     baseline: &NamespaceBaseline,
     ctx: &Context,
     previous: Option<&NamespaceBaselineStatus>,
-    report: &Report,
+    report: &Findings,
     new_holes: Vec<(String, Hole)>,
 ) {
     let name = baseline.name_any();

@@ -19,7 +19,7 @@ use crate::fixtures::{
     Harness, RESYNC, Recorded, baseline, failure, healthy, namespace, namespace_store_and_writer,
     stored_wall,
 };
-use crate::reconcile::status::{self, Report};
+use crate::reconcile::status::{self, Findings};
 use crate::view::namespace_cache::namespace_meta;
 use crate::view::policy_cache::slim_policy;
 use kube::runtime::reflector::store::Writer;
@@ -58,7 +58,7 @@ fn converged_among(
     namespaces: u32,
     left_out: u32,
 ) -> NamespaceBaseline {
-    let report = Report {
+    let report = Findings {
         generation: baseline.meta().generation,
         mode: baseline.spec.mode,
         namespaces,
@@ -827,7 +827,7 @@ async fn a_write_that_never_answers_is_handed_over_and_its_failure_reported_late
         .unwrap();
     assert_eq!(second, Action::requeue(crate::fixtures::RESYNC));
 
-    // Its budget spent, the write fails; the writer keeps the failure for the next reconcile.
+    // Its budget spent, the write fails; the handoff keeps the failure for the next reconcile.
     tokio::time::sleep(Duration::from_secs(31)).await;
     let third = reconcile(Arc::new(baseline("guarded", seed())), harness.ctx.clone()).await;
     let error = third.unwrap_err();
@@ -845,7 +845,7 @@ async fn a_write_that_never_answers_is_handed_over_and_its_failure_reported_late
         .filter(|r| r.path == policy_path("team-a", "nsb-guarded-default-deny"))
         .count();
     // The first reconcile's 4 applies (the second's full pass adds none: all pending), then
-    // the third's, scoped to team-a, where the writer's answer was: the failed apply again,
+    // the third's, scoped to team-a, where the handoff's answer was: the failed apply again,
     // and the DNS door, which this test's cache never shows (a watch would have). Never a
     // second apply of an object while one was in flight.
     assert_eq!(stalled_writes, 2, "{writes:#?}");
@@ -856,7 +856,7 @@ async fn a_write_that_never_answers_is_handed_over_and_its_failure_reported_late
     assert_eq!(ready["status"], json!("False"), "{ready:#?}");
 }
 
-/// One status write at a time per baseline: while one is in flight (handed to the writer),
+/// One status write at a time per baseline: while one is in flight (handed over),
 /// the next reconcile leaves its status to the reconcile that the answer asks for, so an
 /// older status never lands after a newer one; a status write that fails is reported then.
 #[tokio::test(start_paused = true)]
@@ -874,19 +874,19 @@ async fn a_status_write_in_flight_holds_back_the_next_status_until_answered() {
     };
     let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
     run(&harness, baseline("guarded", seed())).await.unwrap();
-    assert!(harness.ctx.writer.status_in_flight("guarded"));
+    assert!(harness.ctx.handoff.status_in_flight("guarded"));
 
     // The wall is in the cache now: the next status (objectsApplied 0) waits.
     let later = harness.with_policies(full_wall(&seed(), &["team-a", "team-b"]));
     reconcile(Arc::new(baseline("guarded", seed())), later.clone())
         .await
         .unwrap();
-    assert!(later.writer.status_in_flight("guarded"));
+    assert!(later.handoff.status_in_flight("guarded"));
 
     // The stalled status write gives up; the reconcile its answer asks for reports that and
     // writes its own status.
     tokio::time::sleep(Duration::from_secs(31)).await;
-    assert!(!later.writer.status_in_flight("guarded"));
+    assert!(!later.handoff.status_in_flight("guarded"));
     let error = reconcile(Arc::new(baseline("guarded", seed())), later.clone())
         .await
         .unwrap_err();
@@ -1153,7 +1153,7 @@ async fn a_leader_in_doubt_holds_its_writes_until_a_renewal_succeeds() {
 }
 
 /// ... and fails as `NotLeader`, writing nothing, when no renewal comes: its writes wait for
-/// the gate beyond HANDOFF, so the reconcile hands them to the writer, and the reconcile after
+/// the gate beyond HANDOFF, so the reconcile hands them over, and the reconcile after
 /// their refusal reports it.
 #[tokio::test(start_paused = true)]
 async fn a_leader_in_doubt_that_is_not_renewed_writes_nothing() {
@@ -1469,7 +1469,7 @@ async fn repairs_whose_status_was_not_written_are_counted_by_the_next_status(
     };
     let harness = Harness::new(guarded_namespaces(), tampered_wall(0), Box::new(responder));
     let cached = converged(baseline("guarded", seed()), 2);
-    // A repair whose status write fails, or stays unanswered (handed to the writer).
+    // A repair whose status write fails, or stays unanswered (handed over).
     let first = run(&harness, cached.clone()).await;
     assert_eq!(first.is_err(), !in_flight, "{first:?}");
     let mut repairs = 1;
@@ -1517,7 +1517,7 @@ async fn a_write_of_an_ended_term_never_goes_out_in_the_next() {
     );
     let leader = harness.state.leader.clone();
     testing::doubt(&leader);
-    // The status write waits at the gate; the reconcile hands it to the writer.
+    // The status write waits at the gate; the reconcile hands it over.
     run(&harness, baseline("guarded", seed())).await.unwrap();
     // The term ends, and this replica takes the Lease again at once: a new term.
     testing::stand_by(&leader);
@@ -1531,7 +1531,7 @@ async fn a_write_of_an_ended_term_never_goes_out_in_the_next() {
     );
 }
 
-/// Issue 52, finding 6: the answer of a status write handed to the writer asks for a
+/// Issue 52, finding 6: the answer of a status write handed over asks for a
 /// reconcile that reports it (a failure, the status held back meanwhile), and that reconcile
 /// plans no namespace: nothing in the wall changed.
 #[tokio::test]
@@ -1542,7 +1542,7 @@ async fn the_reconcile_a_status_answer_asks_for_plans_no_namespace() {
         dirty.take("guarded", RESYNC),
         crate::view::scope::Scope::All
     );
-    let writer = harness.ctx.writer.clone();
+    let writer = harness.ctx.handoff.clone();
     writer.take_over_status(&baseline("guarded", seed()), tokio::spawn(async { Ok(()) }));
     while writer.status_in_flight("guarded") {
         tokio::task::yield_now().await;

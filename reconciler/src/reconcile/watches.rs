@@ -31,9 +31,9 @@ use tracing::debug;
 use crate::base::watch_errors::{Watch, watch_events};
 use crate::reconcile::context::{Context, Hedging, Settings};
 use crate::reconcile::controller::{dns_check, error_policy, reconcile};
+use crate::reconcile::handoff::Handoff;
 use crate::reconcile::state::State;
 use crate::reconcile::status;
-use crate::reconcile::writer::Writer;
 use crate::view::caches::{Caches, DnsWatches, ListTracker};
 use crate::view::namespace_cache::{CachedNamespace, NamespaceMeta};
 use crate::view::policy_cache::{CachedPolicy, PolicyCache, slim_policy};
@@ -80,14 +80,14 @@ fn doors_turned(caches: &Caches, store: &Store<NamespaceBaseline>) -> Vec<Trigge
 }
 
 /// Where the watches' triggers go: to the controller of the current term, or nowhere; and
-/// the term's writer, which forgets a baseline the watch shows gone.
+/// the term's handoff, which forgets a baseline the watch shows gone.
 #[derive(Clone, Default)]
 struct Relay {
     term: Arc<Mutex<Option<TermLink>>>,
 }
 
-/// The current term's trigger channel and writer.
-type TermLink = (mpsc::UnboundedSender<Trigger>, Writer);
+/// The current term's trigger channel and handoff.
+type TermLink = (mpsc::UnboundedSender<Trigger>, Handoff);
 
 impl Relay {
     fn send(&self, trigger: Trigger) {
@@ -98,18 +98,18 @@ impl Relay {
         }
     }
 
-    /// The current term's writer forgets `baseline`.
+    /// The current term's handoff forgets `baseline`.
     fn forget(&self, baseline: &str) {
         let term = self.term.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, writer)) = term.as_ref() {
-            writer.forget(baseline);
+        if let Some((_, handoff)) = term.as_ref() {
+            handoff.forget(baseline);
         }
     }
 
     /// The triggers from now on, until [`Relay::disconnect`] or the next `connect`.
-    fn connect(&self, writer: Writer) -> mpsc::UnboundedReceiver<Trigger> {
+    fn connect(&self, handoff: Handoff) -> mpsc::UnboundedReceiver<Trigger> {
         let (sender, receiver) = mpsc::unbounded();
-        *self.term.lock().unwrap_or_else(PoisonError::into_inner) = Some((sender, writer));
+        *self.term.lock().unwrap_or_else(PoisonError::into_inner) = Some((sender, handoff));
         receiver
     }
 
@@ -318,10 +318,10 @@ impl Watches {
         instance: String,
         stop: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
-        // The writer's answers ask for the reconcile that reports them.
+        // The handoff's answers ask for the reconcile that reports them.
         let (landed, landed_triggers) = mpsc::unbounded();
-        let writer = Writer::new(self.caches.dirty.clone(), landed);
-        let triggers = self.relay.connect(writer.clone());
+        let handoff = Handoff::new(self.caches.dirty.clone(), landed);
+        let triggers = self.relay.connect(handoff.clone());
         for baseline in self.baselines.state() {
             self.caches.dirty.all(&baseline.name_any());
         }
@@ -349,7 +349,7 @@ impl Watches {
                 state,
                 instance,
             )
-            .with_writer(writer)
+            .with_handoff(handoff)
             .with_hedging(self.hedging.clone()),
         );
         // OpenReports: followed beside the controller; their appearance reconciles every baseline.

@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 use crate::base::error::{Error, Result};
 use crate::base::retry::{Idempotent, Throttled};
 use crate::reconcile::context::Context;
-use crate::reconcile::writer::{HANDOFF, Outcome, WriteTask, count, target};
+use crate::reconcile::handoff::{HANDOFF, WriteResults, WriteTask, count, target};
 use crate::view::unseen_writes::PendingWrites;
 
 /// Event notes are limited to 1 kB by the API server.
@@ -67,14 +67,14 @@ pub(crate) fn still_needed(
 /// install over thousands of namespaces never holds every desired object at once. Every
 /// change is attempted, each write as its own task, marked pending before it goes out. Once
 /// all have gone out, the writes still in flight are waited for at most [`HANDOFF`] when
-/// `handoff` names the baseline (then handed to its writer, `writer.rs`), else to the end.
+/// `handoff` names the baseline (then handed over, `handoff.rs`), else to the end.
 /// What the writes answered is the outcome ([`Outcome::into_parts`]: the counts, and a
 /// transient error if any, else the first permanent one).
 pub(crate) async fn apply(
     ctx: &Arc<Context>,
     handoff: Option<&NamespaceBaseline>,
     writes: impl Iterator<Item = (String, Vec<Change>)> + Send,
-) -> Outcome {
+) -> WriteResults {
     // Each change is counted and dropped as its write answers: collecting them until the
     // end would hold every desired object of a first install.
     // A pass over thousands of namespaces with little to write would plan them all in one
@@ -92,7 +92,7 @@ pub(crate) async fn apply(
     let limit = ctx.settings.concurrency.max(1);
     let baseline: Option<Arc<str>> = handoff.map(|baseline| baseline.name_any().into());
     let mut in_flight: FuturesUnordered<WriteTask> = FuturesUnordered::new();
-    let mut outcome = Outcome::default();
+    let mut outcome = WriteResults::default();
     while let Some(change) = changes.next().await {
         while in_flight.len() >= limit {
             if let Some(joined) = in_flight.next().await {
@@ -114,7 +114,7 @@ pub(crate) async fn apply(
             }
             if !in_flight.is_empty() {
                 outcome.counts.handed_over = count(in_flight.len());
-                ctx.writer.take_over(baseline, in_flight);
+                ctx.handoff.take_over(baseline, in_flight);
             }
         }
     }
@@ -209,10 +209,10 @@ async fn server_side_apply(
     }
     if let (Ok(_), Some(unsettled)) = (&applied, unsettled) {
         ctx.caches.unseen.late_apply(policy);
-        let (unseen, dirty, writer) = (
+        let (unseen, dirty, handoff) = (
             ctx.caches.unseen.clone(),
             ctx.caches.dirty.clone(),
-            ctx.writer.clone(),
+            ctx.handoff.clone(),
         );
         let (namespace, name) = (namespace.clone(), name.clone());
         tokio::spawn(async move {
@@ -220,7 +220,7 @@ async fn server_side_apply(
             unseen.late_apply_ended(&namespace, &name);
             if let Some(baseline) = baseline {
                 dirty.namespace(&baseline, &namespace);
-                writer.ask_for(&baseline);
+                handoff.ask_for(&baseline);
             }
         });
     }
@@ -319,7 +319,7 @@ pub(crate) async fn patch_finalizers(
 /// Patches the status subresource with `desired`; returns the baseline as the API server
 /// answered. The patch names the whole status: sent twice, it has one outcome, so the client
 /// retries it after a 500 or a dropped connection (`Idempotent`); only one status write of a
-/// baseline is in flight at a time (writer.rs).
+/// baseline is in flight at a time (handoff.rs).
 pub(crate) async fn patch_status(
     baseline: &NamespaceBaseline,
     ctx: &Context,

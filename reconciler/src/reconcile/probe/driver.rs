@@ -36,8 +36,8 @@ use tracing::{debug, info, warn};
 use super::agent::ProbeArgs;
 use super::options::ProbeOptions;
 use super::pods::{CANARY_FOR_LABEL, Image, PORT, PROBE_FOR_LABEL, Role, pod};
-use super::report::Report;
-use super::results::Outcome;
+use super::report::PodFindings;
+use super::results::LastRound;
 use super::verdict::{Observed, Verdict, decide};
 use crate::reconcile::state::State;
 use crate::view::caches::Caches;
@@ -222,7 +222,7 @@ impl Driver {
             .is_none_or(|last| last.verdict.condition() != verdict.condition());
         self.state.probes.record(
             &name,
-            Outcome {
+            LastRound {
                 verdict,
                 at: now(),
                 generation: baseline.metadata.generation,
@@ -479,7 +479,7 @@ impl Driver {
         name: &str,
         window: Duration,
         cost: &mut Cost,
-    ) -> Result<Report, Verdict> {
+    ) -> Result<PodFindings, Verdict> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let deadline = Instant::now() + window + Duration::from_secs(30);
         loop {
@@ -493,7 +493,7 @@ impl Driver {
                 .and_then(|s| s.terminated.clone());
             if let Some(terminated) = terminated {
                 let message = terminated.message.unwrap_or_default();
-                return Report::parse(&message).map_err(|error| {
+                return PodFindings::parse(&message).map_err(|error| {
                     failed(format!(
                         "the probe pod {namespace}/{name} ended ({}, exit code {}) without its report: {error}",
                         terminated.reason.unwrap_or_default(),

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 use super::cache::{ReportCache, ReportCacheWriter, report_cache};
 use super::known::shown_event;
 use super::object::{GROUP, PLURAL, VERSION};
-use super::{Report, Reports};
+use super::{OpenReport, Reports};
 use crate::base::watch_errors::{Watch, WatchErrors, watch_events};
 use crate::view::unseen_writes::UnseenWrites;
 
@@ -139,7 +139,7 @@ async fn watch(
 ) {
     watch_events(
         watcher(
-            Api::<Report>::all(client),
+            Api::<OpenReport>::all(client),
             watcher::Config::default()
                 .labels(&managed_selector())
                 .any_semantic(),
