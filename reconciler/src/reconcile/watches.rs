@@ -166,7 +166,7 @@ impl Watches {
         // A namespace event concerns its namespace only: the baselines it triggers plan and
         // write for that namespace (scope.rs).
         let namespace_triggers = {
-            let tracker = tracker.clone();
+            let listed = tracker.watch();
             let mut events = NamespaceEvents::new(
                 namespace_writer,
                 caches.dirty.clone(),
@@ -183,7 +183,7 @@ impl Watches {
             )
             .map(move |event| {
                 let triggered = events.observe(&event);
-                tracker.observe(ListTracker::NAMESPACES, &event);
+                listed.observe(&event);
                 triggered
             })
             .flat_map(stream::iter)
@@ -193,7 +193,7 @@ impl Watches {
         // holds the compact form; the triggers, the index and the unseen writes read the
         // changes the store took in.
         let policy_triggers = {
-            let tracker = tracker.clone();
+            let listed = tracker.watch();
             let (baselines, caches) = (baselines.clone(), caches.clone());
             let policy_cache = PolicyCache::default();
             let mut cache = WatchedCache::new(policy_writer);
@@ -220,7 +220,7 @@ impl Watches {
                         );
                     }
                 });
-                tracker.observe(ListTracker::POLICIES, &event);
+                listed.observe(&event);
                 triggered.into_baselines()
             })
             .flat_map(stream::iter)
@@ -230,6 +230,7 @@ impl Watches {
         // A new or changed baseline (`baseline_changes`) is seen whole; one gone, or replaced
         // by another of the same name, is forgotten.
         let baseline_triggers = {
+            let listed = tracker.watch();
             let (dirty, unseen) = (caches.dirty.clone(), caches.unseen.clone());
             let (state, caches, relay) = (state.clone(), caches.clone(), relay.clone());
             let mut cache = WatchedCache::new(baseline_writer);
@@ -261,7 +262,7 @@ impl Watches {
                         triggered.push(ObjectRef::from_obj(after));
                     }
                 });
-                tracker.observe(ListTracker::BASELINES, &event);
+                listed.observe(&event);
                 triggered
             })
             .flat_map(stream::iter)

@@ -229,22 +229,22 @@ async fn server_side_apply(
     Ok(())
 }
 
-/// The request of one forced server-side apply of `policy` on `client` (as `Api::patch`
-/// builds it): idempotent (retried by the client after a 500 or a dropped connection), and
-/// carrying `throttled` for the client's retry to mark.
-fn apply_request(
+/// The request of one forced server-side apply of `object` (of any kind) on `client` (as
+/// `Api::patch` builds it): idempotent (retried by the client after a 500 or a dropped
+/// connection), and carrying `throttled` for the client's retry to mark.
+fn apply_request<K>(
     client: &Client,
-    policy: &NetworkPolicy,
+    object: &K,
     throttled: Option<Throttled>,
-) -> impl Future<Output = kube::Result<NetworkPolicy>> + Send + 'static {
-    let request = kube::core::Request::new(NetworkPolicy::url_path(
-        &(),
-        policy.metadata.namespace.as_deref(),
-    ))
-    .patch(
-        policy.metadata.name.as_deref().unwrap_or_default(),
+) -> impl Future<Output = kube::Result<K>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + 'static,
+{
+    let meta = object.meta();
+    let request = kube::core::Request::new(K::url_path(&(), meta.namespace.as_deref())).patch(
+        meta.name.as_deref().unwrap_or_default(),
         &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(policy),
+        &Patch::Apply(object),
     );
     let client = client.clone();
     async move {
@@ -254,7 +254,7 @@ fn apply_request(
         if let Some(throttled) = throttled {
             request.extensions_mut().insert(throttled);
         }
-        client.request::<NetworkPolicy>(request).await
+        client.request::<K>(request).await
     }
 }
 

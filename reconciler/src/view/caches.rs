@@ -1,7 +1,7 @@
 //! The watch caches a reconcile reads the cluster from, and what they keep of each object.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
@@ -331,44 +331,61 @@ impl DnsCaches {
 }
 
 /// Which watches have completed their first list; says so on a channel (and to
-/// `on_synced`, for the process's health) once all have.
+/// `on_synced`, for the process's health) once all have. Each watch registers itself
+/// ([`ListTracker::watch`]) before any is polled: a new watch needs no place kept for it.
 pub(crate) struct ListTracker {
-    listed: [AtomicBool; Self::WATCHES],
+    listed: Mutex<Vec<bool>>,
     synced: watch::Sender<bool>,
     on_synced: Box<dyn Fn() + Send + Sync>,
 }
 
-impl ListTracker {
-    pub const BASELINES: usize = 0;
-    pub const NAMESPACES: usize = 1;
-    pub const POLICIES: usize = 2;
-    const WATCHES: usize = 3;
+/// One watch of a [`ListTracker`].
+pub(crate) struct ListedWatch {
+    tracker: Arc<ListTracker>,
+    index: usize,
+}
 
+impl ListTracker {
     pub fn new(on_synced: impl Fn() + Send + Sync + 'static) -> (Arc<Self>, watch::Receiver<bool>) {
         let (synced, receiver) = watch::channel(false);
         let tracker = Self {
-            listed: Default::default(),
+            listed: Mutex::default(),
             synced,
             on_synced: Box::new(on_synced),
         };
         (Arc::new(tracker), receiver)
     }
 
-    /// Observes one event of watch `index`, after the reflector applied it.
-    pub fn observe<K>(&self, index: usize, event: &watcher::Event<K>) {
-        if !matches!(event, watcher::Event::InitDone)
-            || self.listed[index].swap(true, Ordering::AcqRel)
-        {
+    /// One more watch whose first list the caches wait for.
+    pub fn watch(self: &Arc<Self>) -> ListedWatch {
+        let mut listed = self.listed.lock().unwrap_or_else(PoisonError::into_inner);
+        listed.push(false);
+        ListedWatch {
+            tracker: self.clone(),
+            index: listed.len() - 1,
+        }
+    }
+}
+
+impl ListedWatch {
+    /// Observes one event of the watch, after its cache took it in.
+    pub fn observe<K>(&self, event: &watcher::Event<K>) {
+        if !matches!(event, watcher::Event::InitDone) {
             return;
         }
-        if self
-            .listed
-            .iter()
-            .all(|listed| listed.load(Ordering::Acquire))
-        {
+        let tracker = &self.tracker;
+        let all = {
+            let mut listed = tracker
+                .listed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let first = !std::mem::replace(&mut listed[self.index], true);
+            first && listed.iter().all(|listed| *listed)
+        };
+        if all {
             info!("caches synced");
-            (self.on_synced)();
-            self.synced.send_replace(true);
+            (tracker.on_synced)();
+            tracker.synced.send_replace(true);
         }
     }
 }
@@ -404,17 +421,16 @@ mod tests {
                 tokio::spawn(async move { caches.synced().await })
             })
             .collect();
+        let [baselines, namespaces, policies] = [(); 3].map(|()| tracker.watch());
         let done = kube::runtime::watcher::Event::<NamespaceBaseline>::InitDone;
-        tracker.observe(ListTracker::BASELINES, &done);
-        tracker.observe(
-            ListTracker::NAMESPACES,
-            &kube::runtime::watcher::Event::<NamespaceBaseline>::Init,
-        );
-        tracker.observe(ListTracker::NAMESPACES, &done);
+        baselines.observe(&done);
+        namespaces.observe(&kube::runtime::watcher::Event::<NamespaceBaseline>::Init);
+        namespaces.observe(&done);
+        baselines.observe(&done);
         tokio::task::yield_now().await;
         assert!(!state.health.caches_synced());
         assert!(waiters.iter().all(|w| !w.is_finished()));
-        tracker.observe(ListTracker::POLICIES, &done);
+        policies.observe(&done);
         for waiter in waiters {
             tokio::time::timeout(Duration::from_secs(1), waiter)
                 .await

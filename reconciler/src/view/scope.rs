@@ -5,12 +5,12 @@
 //! asked for only to report (a status write answered, a probe verdict without a canary) looks
 //! at none.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::watcher;
 use tokio::time::Instant;
@@ -154,11 +154,8 @@ struct IndexState {
     relisting: Option<ByNamespace>,
 }
 
-fn key(policy: &NetworkPolicy) -> Option<(&str, &str)> {
-    Some((
-        policy.metadata.namespace.as_deref()?,
-        policy.metadata.name.as_deref()?,
-    ))
+fn key<K: Lookup>(object: &K) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
+    Some((object.namespace()?, object.name()?))
 }
 
 fn insert(by_namespace: &mut ByNamespace, namespace: &str, name: &str) {
@@ -172,7 +169,8 @@ fn insert(by_namespace: &mut ByNamespace, namespace: &str, name: &str) {
 }
 
 impl PolicyIndex {
-    pub fn observe(&self, event: &watcher::Event<NetworkPolicy>) {
+    /// The watch (of any namespaced kind) showed `event`.
+    pub fn observe<K: Lookup>(&self, event: &watcher::Event<K>) {
         let mut state = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         match event {
             watcher::Event::Init => state.relisting = Some(HashMap::new()),
@@ -180,7 +178,7 @@ impl PolicyIndex {
                 if let (Some(relisting), Some((namespace, name))) =
                     (state.relisting.as_mut(), key(policy))
                 {
-                    insert(relisting, namespace, name);
+                    insert(relisting, &namespace, &name);
                 }
             }
             watcher::Event::InitDone => {
@@ -190,16 +188,16 @@ impl PolicyIndex {
             }
             watcher::Event::Apply(policy) => {
                 if let Some((namespace, name)) = key(policy) {
-                    insert(&mut state.by_namespace, namespace, name);
+                    insert(&mut state.by_namespace, &namespace, &name);
                 }
             }
             watcher::Event::Delete(policy) => {
                 if let Some((namespace, name)) = key(policy)
-                    && let Some(names) = state.by_namespace.get_mut(namespace)
+                    && let Some(names) = state.by_namespace.get_mut(namespace.as_ref())
                 {
                     names.retain(|known| known.as_ref() != name);
                     if names.is_empty() {
-                        state.by_namespace.remove(namespace);
+                        state.by_namespace.remove(namespace.as_ref());
                     }
                 }
             }
@@ -323,6 +321,7 @@ impl MatchedNamespaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
     use serde_json::json;
 
     fn policy(namespace: &str, name: &str) -> NetworkPolicy {
@@ -418,14 +417,14 @@ mod tests {
     #[test]
     fn the_index_follows_the_watch_and_its_relists() {
         let index = PolicyIndex::default();
-        index.observe(&watcher::Event::Init);
+        index.observe(&watcher::Event::<NetworkPolicy>::Init);
         index.observe(&watcher::Event::InitApply(policy("a", "p1")));
         index.observe(&watcher::Event::InitApply(policy("a", "p2")));
         assert!(
             index.names_in("a").is_empty(),
             "not before the list is complete"
         );
-        index.observe(&watcher::Event::InitDone);
+        index.observe(&watcher::Event::<NetworkPolicy>::InitDone);
         let mut names = index.names_in("a");
         names.sort();
         assert_eq!(names, ["p1", "p2"]);
@@ -435,10 +434,10 @@ mod tests {
         assert_eq!(index.names_in("a"), ["p2"]);
         assert_eq!(index.names_in("b"), ["p3"]);
         // A relist replaces everything at its end (p2 and p3 are gone).
-        index.observe(&watcher::Event::Init);
+        index.observe(&watcher::Event::<NetworkPolicy>::Init);
         index.observe(&watcher::Event::InitApply(policy("c", "p4")));
         assert_eq!(index.names_in("a"), ["p2"]);
-        index.observe(&watcher::Event::InitDone);
+        index.observe(&watcher::Event::<NetworkPolicy>::InitDone);
         assert!(index.names_in("a").is_empty() && index.names_in("b").is_empty());
         assert_eq!(index.names_in("c"), ["p4"]);
     }

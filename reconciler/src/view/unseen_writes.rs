@@ -108,6 +108,19 @@ enum Fact {
 impl Fact {
     const COUNT: usize = 7;
 
+    /// The kind of object the fact is about.
+    fn kind(self) -> &'static str {
+        match self {
+            Self::Applying
+            | Self::ApplyInFlight
+            | Self::Deleting
+            | Self::DeletedByOthers
+            | Self::LateApply => <NetworkPolicy as k8s_openapi::Resource>::KIND,
+            Self::StatusWritten => "NamespaceBaseline",
+            Self::ReportWritten => crate::view::reports::object::KIND,
+        }
+    }
+
     fn lifetime(self) -> Duration {
         match self {
             Self::Applying | Self::ReportWritten => lifetime::APPLY,
@@ -118,9 +131,11 @@ impl Fact {
     }
 }
 
-/// A fact about one object: a policy or report by namespace and name, a baseline by uid.
+/// A fact about one object, of its kind: a policy or report by namespace and name, a
+/// baseline by uid.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
+    kind: &'static str,
     fact: Fact,
     namespace: Box<str>,
     name: Box<str>,
@@ -129,6 +144,7 @@ struct Key {
 impl Key {
     fn new(fact: Fact, namespace: &str, name: &str) -> Self {
         Self {
+            kind: fact.kind(),
             fact,
             namespace: namespace.into(),
             name: name.into(),
