@@ -489,67 +489,43 @@ async fn announce(
     counts: &Counts,
     status_changed: bool,
 ) {
+    let name = baseline.name_any();
     if counts.created > 0 {
-        let note = format!(
-            "installed {} NetworkPolicies; the wall covers {} namespaces",
-            counts.created, report.namespaces
-        );
-        info!(baseline = %baseline.name_any(), created = counts.created, "wall installed");
-        publish(
-            ctx,
-            baseline,
-            EventType::Normal,
-            "WallInstalled",
-            "Apply",
-            note,
-        )
-        .await;
+        info!(baseline = %name, created = counts.created, "wall installed");
     }
     if !counts.repaired.is_empty() {
-        let note = format!(
-            "repaired drifted NetworkPolicies: {}",
-            counts.repaired.join(", ")
-        );
-        info!(baseline = %baseline.name_any(), repaired = ?counts.repaired, "drift repaired");
-        publish(
-            ctx,
-            baseline,
-            EventType::Normal,
-            "DriftRepaired",
-            "Apply",
-            note,
-        )
-        .await;
+        info!(baseline = %name, repaired = ?counts.repaired, "drift repaired");
     }
-    if counts.deleted > 0 {
-        let note = format!(
-            "removed {} NetworkPolicies no longer wanted",
-            counts.deleted
-        );
-        publish(
-            ctx,
-            baseline,
-            EventType::Normal,
-            "PoliciesRemoved",
-            "Delete",
-            note,
-        )
-        .await;
-    }
-    if report.mode == Mode::Audit && report.drifted > 0 && status_changed {
-        let note = format!(
-            "audit mode: {} wall objects missing or differing in {} namespaces, left as found",
-            report.drifted, report.namespaces
-        );
-        publish(
-            ctx,
-            baseline,
-            EventType::Warning,
-            "DriftDetected",
-            "Audit",
-            note,
-        )
-        .await;
+    let (created, deleted, drifted) = (counts.created, counts.deleted, report.drifted);
+    let events = [
+        (created > 0).then(|| {
+            let note = format!(
+                "installed {created} NetworkPolicies; the wall covers {} namespaces",
+                report.namespaces
+            );
+            (EventType::Normal, "WallInstalled", "Apply", note)
+        }),
+        (!counts.repaired.is_empty()).then(|| {
+            let note = format!(
+                "repaired drifted NetworkPolicies: {}",
+                counts.repaired.join(", ")
+            );
+            (EventType::Normal, "DriftRepaired", "Apply", note)
+        }),
+        (deleted > 0).then(|| {
+            let note = format!("removed {deleted} NetworkPolicies no longer wanted");
+            (EventType::Normal, "PoliciesRemoved", "Delete", note)
+        }),
+        (report.mode == Mode::Audit && drifted > 0 && status_changed).then(|| {
+            let note = format!(
+                "audit mode: {drifted} wall objects missing or differing in {} namespaces, left as found",
+                report.namespaces
+            );
+            (EventType::Warning, "DriftDetected", "Audit", note)
+        }),
+    ];
+    for (type_, reason, action, note) in events.into_iter().flatten() {
+        publish(ctx, baseline, type_, reason, action, note).await;
     }
 }
 

@@ -38,9 +38,7 @@ use crate::view::caches::{Caches, DnsWatches, ListTracker};
 use crate::view::namespace_cache::{CachedNamespace, NamespaceMeta};
 use crate::view::policy_cache::{CachedPolicy, PolicyCache, slim_policy};
 use crate::view::reports::follow;
-use crate::view::triggers::{
-    NamespaceEvents, Trigger, Triggered, baselines_for_dns, baselines_for_policy,
-};
+use crate::view::triggers::{NamespaceEvents, Trigger, Triggered, baselines_for_policy};
 use crate::view::watched_cache::{WatchedCache, same_content, same_version};
 
 /// What, in a baseline, calls for a reconcile: a new object (uid), a spec change
@@ -68,14 +66,13 @@ fn doors_turned(caches: &Caches, store: &Store<NamespaceBaseline>) -> Vec<Trigge
     let Some(dns) = &caches.dns else {
         return Vec::new();
     };
-    baselines_for_dns(&dns.namespace, &store.state())
-        .into_iter()
-        .filter(|trigger| {
-            store.get(trigger).is_some_and(|baseline| {
-                let check = dns_check(&baseline.spec, dns);
-                !status::tells(caches.unseen.status(&baseline).as_ref(), &check)
-            })
-        })
+    let turned = |baseline: &NamespaceBaseline| {
+        let check = dns_check(&baseline.spec, dns);
+        !status::tells(caches.unseen.status(baseline).as_ref(), &check)
+    };
+    (store.state().iter())
+        .filter(|baseline| baseline.spec.allow_dns && turned(baseline))
+        .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
         .collect()
 }
 
