@@ -1553,3 +1553,34 @@ async fn the_reconcile_a_status_answer_asks_for_plans_no_namespace() {
         "the reconcile of a status answer is a full pass"
     );
 }
+
+/// A baseline being deleted forgets what is remembered of it, but not its failures: a
+/// clean-up that keeps failing backs off as any reconcile does.
+#[tokio::test]
+async fn a_failing_clean_up_backs_off() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let mut guarded = baseline("guarded", spec.clone());
+    guarded.meta_mut().finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
+    guarded.meta_mut().deletion_timestamp = Some(Time(Timestamp::now()));
+    let responder = |request: &Recorded| {
+        if request.method == "DELETE" {
+            failure(500, "InternalError")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&spec, &["team-a", "team-b"]),
+        Box::new(responder),
+    );
+    let guarded = Arc::new(guarded);
+    for _ in 0..2 {
+        let error = run(&harness, guarded.as_ref().clone()).await.unwrap_err();
+        error_policy(guarded.clone(), &error, harness.ctx.clone());
+    }
+    assert_eq!(harness.state.retries.attempts("guarded"), 2);
+}

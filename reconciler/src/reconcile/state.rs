@@ -216,12 +216,12 @@ impl State {
     /// A baseline gone: deleted (with or without a finalizer: under `Orphan` no reconcile sees
     /// it go, only the watch), or replaced by a new object of the same name. Nothing of it is
     /// remembered any more: its holes (a successor announces its own), its repairs, its
-    /// retries, its shares of the metrics, its marks, its namespaces and its unseen status.
+    /// shares of the metrics, its marks, its namespaces and its unseen status. (Not its
+    /// retries: a clean-up that fails backs off; the watch forgets them when it is gone.)
     pub fn forget_baseline(&self, caches: &Caches, baseline: &NamespaceBaseline) {
         let (name, uid) = (baseline.name_any(), uid_of(baseline));
         self.holes.forget(&uid);
         self.repairs.forget(&uid);
-        self.retries.succeeded(&name);
         self.metrics.set_holes(&name, []);
         self.metrics.baselines.forget(&name);
         caches.unseen.forget(baseline);

@@ -248,6 +248,7 @@ impl Watches {
                     {
                         debug!(baseline = %gone.name_any(), "baseline gone: forgotten");
                         state.forget_baseline(&caches, gone);
+                        state.retries.succeeded(&gone.name_any());
                         relay.forget(&gone.name_any());
                     }
                     let Some(after) = after else {
