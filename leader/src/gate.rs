@@ -17,14 +17,21 @@ use super::Timing;
 pub struct LeaderGate {
     /// `None` without leader election: the single replica always writes.
     timing: Option<Timing>,
-    term: Mutex<Term>,
+    state: Mutex<GateState>,
     /// Bumped on every change, for the waiters of [`LeaderGate::wait_leading`] and the term
     /// loop.
     changes: watch::Sender<u64>,
 }
 
+/// A leadership term of this replica: the writes started in it are admitted only while it
+/// lasts ([`LeaderGate::current_term`]), never in a later term of the same replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermId(u64);
+
 #[derive(Debug, Default, Clone, Copy)]
-struct Term {
+struct GateState {
+    /// The current term (or the last one, while standing by): counts the acquisitions.
+    term: u64,
     /// Whether the elector has completed one round (a standby then knows it is one).
     known: bool,
     /// This replica holds the Lease: its controller runs.
@@ -68,10 +75,10 @@ impl InFlightWrite<'_> {
 impl Drop for InFlightWrite<'_> {
     fn drop(&mut self) {
         let answered = self.answered;
-        self.gate.update(|term| {
-            term.in_flight = term.in_flight.saturating_sub(1);
+        self.gate.update(|state| {
+            state.in_flight = state.in_flight.saturating_sub(1);
             if !answered {
-                term.last_abandoned = Some(Instant::now());
+                state.last_abandoned = Some(Instant::now());
             }
         });
     }
@@ -91,13 +98,13 @@ impl LeaderGate {
     fn new(timing: Option<Timing>) -> Self {
         Self {
             timing,
-            term: Mutex::new(Term::default()),
+            state: Mutex::new(GateState::default()),
             changes: watch::channel(0).0,
         }
     }
 
-    fn term(&self) -> MutexGuard<'_, Term> {
-        self.term.lock().unwrap_or_else(PoisonError::into_inner)
+    fn state(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether this replica may write now.
@@ -108,33 +115,44 @@ impl LeaderGate {
 
     /// Until when the gate stays open without another renewal; `None` when it is closed.
     fn open_until(&self) -> Option<Instant> {
-        let term = *self.term();
-        Self::term_open_until(&term, self.timing)
+        let state = *self.state();
+        Self::term_open_until(&state, self.timing)
     }
 
     /// [`LeaderGate::open_until`] of a term.
-    fn term_open_until(term: &Term, timing: Option<Timing>) -> Option<Instant> {
-        if term.closed {
+    fn term_open_until(state: &GateState, timing: Option<Timing>) -> Option<Instant> {
+        if state.closed {
             return None;
         }
         let Some(timing) = timing else {
             return Some(Instant::now() + Duration::from_secs(3600));
         };
-        if !term.holding || term.doubt {
+        if !state.holding || state.doubt {
             return None;
         }
-        term.renewed_at.map(|at| at + timing.renew_deadline)
+        state.renewed_at.map(|at| at + timing.renew_deadline)
     }
 
     /// How long a write starting now may take before it must be abandoned: it then cannot
     /// reach the API server after another replica may have taken the Lease over. `None` when
     /// the gate is closed.
     pub fn write_budget(&self, cap: Duration) -> Option<Duration> {
-        self.budget(&self.term(), cap)
+        self.budget(&self.state(), None, cap)
     }
 
-    fn budget(&self, term: &Term, cap: Duration) -> Option<Duration> {
-        let until = Self::term_open_until(term, self.timing)?;
+    /// The term this replica is in (or was last in, while standing by). A write started in it
+    /// is refused once it has ended, even while this replica holds the Lease again: the writes
+    /// of an ended term (a write handed over, a hedge) never go out in the next.
+    pub fn current_term(&self) -> TermId {
+        TermId(self.state().term)
+    }
+
+    /// The budget of a write of `term` (`None`: of whichever term is current).
+    fn budget(&self, state: &GateState, term: Option<TermId>, cap: Duration) -> Option<Duration> {
+        if term.is_some_and(|term| term.0 != state.term) {
+            return None;
+        }
+        let until = Self::term_open_until(state, self.timing)?;
         let now = Instant::now();
         if now >= until {
             return None;
@@ -147,10 +165,15 @@ impl LeaderGate {
     /// counted under one lock, so that a write is either refused after
     /// [`LeaderGate::close`] or seen in flight by the release.
     pub fn admit(&self, cap: Duration) -> Option<InFlightWrite<'_>> {
+        self.admit_in(None, cap)
+    }
+
+    /// [`LeaderGate::admit`] for a write of `term` (`None`: of whichever term is current).
+    pub fn admit_in(&self, term: Option<TermId>, cap: Duration) -> Option<InFlightWrite<'_>> {
         let budget = {
-            let mut term = self.term();
-            let budget = self.budget(&term, cap)?;
-            term.in_flight += 1;
+            let mut state = self.state();
+            let budget = self.budget(&state, term, cap)?;
+            state.in_flight += 1;
             budget
         };
         Some(InFlightWrite {
@@ -161,19 +184,19 @@ impl LeaderGate {
     }
 
     /// How long after the gate closes a write under way may still reach the API server.
-    fn write_grace(&self) -> Duration {
+    pub(crate) fn write_grace(&self) -> Duration {
         self.timing.map_or(Duration::ZERO, |t| t.write_grace())
     }
 
     /// Shutdown: no write is admitted from now on, and none waits for the gate to reopen.
     /// The Lease is not touched; the writes already admitted go on within their budgets.
     pub fn close(&self) {
-        self.update(|term| term.closed = true);
+        self.update(|state| state.closed = true);
     }
 
     /// Writes admitted and not yet answered or abandoned.
     pub fn writes_in_flight(&self) -> usize {
-        self.term().in_flight
+        self.state().in_flight
     }
 
     /// Resolves once no write is in flight.
@@ -191,7 +214,10 @@ impl LeaderGate {
     pub async fn writes_settled(&self) {
         loop {
             self.no_writes_in_flight().await;
-            let settles_at = self.term().last_abandoned.map(|at| at + self.write_grace());
+            let settles_at = self
+                .state()
+                .last_abandoned
+                .map(|at| at + self.write_grace());
             match settles_at {
                 Some(at) if Instant::now() < at => tokio::time::sleep_until(at).await,
                 _ if self.writes_in_flight() == 0 => return,
@@ -202,13 +228,20 @@ impl LeaderGate {
 
     /// Waits up to `max` for the gate to open; whether it is open.
     pub async fn wait_leading(&self, max: Duration) -> bool {
+        self.wait_leading_in(None, max).await
+    }
+
+    /// [`LeaderGate::wait_leading`] for a write of `term` (`None`: of whichever term is
+    /// current): `false` at once when that term has ended.
+    pub async fn wait_leading_in(&self, term: Option<TermId>, max: Duration) -> bool {
         let mut changes = self.changes.subscribe();
         let deadline = Instant::now() + max;
         loop {
-            if self.is_leading() {
+            let ended = term.is_some_and(|term| term.0 != self.state().term);
+            if self.is_leading() && !ended {
                 return true;
             }
-            if !self.holding() || self.term().closed {
+            if ended || !self.holding() || self.state().closed {
                 // A standby's gate opens only with a new term, a closed one never again: no
                 // point in waiting.
                 return false;
@@ -217,19 +250,19 @@ impl LeaderGate {
                 .await
                 .is_err()
             {
-                return self.is_leading();
+                return self.is_leading() && term.is_none_or(|term| term.0 == self.state().term);
             }
         }
     }
 
     /// Whether this replica holds the Lease (its term runs, though writes may be paused).
     pub fn holding(&self) -> bool {
-        self.timing.is_none() || self.term().holding
+        self.timing.is_none() || self.state().holding
     }
 
     /// Whether this replica knows if it leads (for readiness).
     pub fn is_known(&self) -> bool {
-        self.timing.is_none() || self.term().known
+        self.timing.is_none() || self.state().known
     }
 
     /// Whether the holder has gone `renew_deadline` without a successful renewal: it must
@@ -238,42 +271,46 @@ impl LeaderGate {
         let Some(timing) = self.timing else {
             return false;
         };
-        let term = *self.term();
-        term.holding
-            && term
+        let state = *self.state();
+        state.holding
+            && state
                 .renewed_at
                 .is_none_or(|at| at.elapsed() >= timing.renew_deadline)
     }
 
-    /// A Lease write naming this replica, started at `started`, succeeded.
+    /// A Lease write naming this replica, started at `started`, succeeded: a new term if it
+    /// did not hold the Lease.
     pub(crate) fn renewed(&self, started: Instant) {
-        self.update(|term| {
-            term.known = true;
-            term.holding = true;
-            term.doubt = false;
-            if term.renewed_at.is_none_or(|at| at < started) {
-                term.renewed_at = Some(started);
+        self.update(|state| {
+            if !state.holding {
+                state.term += 1;
+            }
+            state.known = true;
+            state.holding = true;
+            state.doubt = false;
+            if state.renewed_at.is_none_or(|at| at < started) {
+                state.renewed_at = Some(started);
             }
         });
     }
 
     /// A Lease request of the holder conflicted: writes stop until a renewal succeeds.
     pub(crate) fn doubt(&self) {
-        self.update(|term| term.doubt = true);
+        self.update(|state| state.doubt = true);
     }
 
     /// This replica does not hold the Lease (or gives it up).
     pub(crate) fn stand_by(&self) {
-        self.update(|term| {
-            term.known = true;
-            term.holding = false;
-            term.doubt = false;
-            term.renewed_at = None;
+        self.update(|state| {
+            state.known = true;
+            state.holding = false;
+            state.doubt = false;
+            state.renewed_at = None;
         });
     }
 
-    fn update(&self, change: impl FnOnce(&mut Term)) {
-        change(&mut self.term());
+    fn update(&self, change: impl FnOnce(&mut GateState)) {
+        change(&mut self.state());
         self.changes.send_modify(|version| *version += 1);
     }
 

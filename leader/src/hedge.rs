@@ -29,7 +29,8 @@ use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 use tracing::debug;
 
-use crate::{LeaderGate, NotLeader, WriteBounds};
+use crate::write::answered_by_the_server;
+use crate::{LeaderGate, NotLeader, TermId, WriteBounds};
 
 /// When a write's hedge may go out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,10 +55,14 @@ pub struct Hedged<T> {
     pub answer: kube::Result<T>,
     pub answered_by: Attempt,
     pub hedged: bool,
+    /// The request that did not give the answer, when it is still running: it may land
+    /// later; this ends when nothing of it can land any more (answered, or the write grace
+    /// after it was abandoned).
+    pub unsettled: Option<JoinHandle<()>>,
 }
 
-/// One request of a write, as its task ends.
-type Outcome<T> = Result<kube::Result<T>, NotLeader>;
+/// What one request of a write answered, as its task ends.
+type RequestAnswer<T> = Result<kube::Result<T>, NotLeader>;
 
 impl LeaderGate {
     /// Runs one write as [`LeaderGate::write`] does, and sends `second()` (the same write, on
@@ -67,9 +72,11 @@ impl LeaderGate {
     /// `Retry-After` the server gave), the hedge waits for it: it is due `hedge.after` past
     /// it, when the first request's retry has gone unanswered that long. The first success
     /// of either is the answer; when neither succeeds, the first request's outcome is.
-    /// `Err(NotLeader)`: the first request was not admitted.
+    /// Both requests are of `term` ([`LeaderGate::write_in`]). `Err(NotLeader)`: the first
+    /// request was not admitted.
     pub async fn write_hedged<T, R>(
         self: &Arc<Self>,
+        term: Option<TermId>,
         bounds: WriteBounds,
         hedge: HedgeBounds,
         first: R,
@@ -81,19 +88,20 @@ impl LeaderGate {
         T: Send + 'static,
     {
         // The wait for the gate is the first request's; its hedge is timed from its start.
-        if !self.wait_leading(bounds.gate_wait).await {
+        if !self.wait_leading_in(term, bounds.gate_wait).await {
             return Err(NotLeader);
         }
         let at_once = WriteBounds {
             gate_wait: Duration::ZERO,
             ..bounds
         };
-        let mut first = self.spawn_write(at_once, first);
-        let unhedged = |outcome: Outcome<T>| {
+        let mut first = self.spawn_write(term, at_once, first);
+        let unhedged = |outcome: RequestAnswer<T>| {
             outcome.map(|answer| Hedged {
                 answer,
                 answered_by: Attempt::First,
                 hedged: false,
+                unsettled: None,
             })
         };
         let mut due = Instant::now() + hedge.after;
@@ -117,20 +125,34 @@ impl LeaderGate {
             return unhedged(settled(first.await));
         }
         debug!(in_flight, "a write unanswered past the hedge bound: hedged");
-        let mut second = self.spawn_write(at_once, second());
+        let mut second = self.spawn_write(term, at_once, second());
         let (attempt, outcome) = tokio::select! {
             joined = &mut first => (Attempt::First, settled(joined)),
             joined = &mut second => (Attempt::Hedge, settled(joined)),
         };
-        let answered = |answered_by: Attempt, outcome: Outcome<T>| {
+        let answered = |answered_by: Attempt, outcome: RequestAnswer<T>| {
             outcome.map(|answer| Hedged {
                 answer,
                 answered_by,
                 hedged: true,
+                unsettled: None,
             })
         };
         if matches!(outcome, Ok(Ok(_))) {
-            return answered(attempt, outcome);
+            let other = match attempt {
+                Attempt::First => second,
+                Attempt::Hedge => first,
+            };
+            let gate = self.clone();
+            return answered(attempt, outcome).map(|hedged| Hedged {
+                unsettled: Some(tokio::spawn(async move {
+                    let answered = matches!(settled(other.await), Ok(answer) if answered_by_the_server(&answer));
+                    if !answered {
+                        tokio::time::sleep(gate.write_grace()).await;
+                    }
+                })),
+                ..hedged
+            });
         }
         // The first to end failed: the other may still succeed.
         let (other, other_outcome) = match attempt {
@@ -150,20 +172,21 @@ impl LeaderGate {
     /// whether or not anyone still waits for it.
     fn spawn_write<T, R>(
         self: &Arc<Self>,
+        term: Option<TermId>,
         bounds: WriteBounds,
         request: R,
-    ) -> JoinHandle<Outcome<T>>
+    ) -> JoinHandle<RequestAnswer<T>>
     where
         R: Future<Output = kube::Result<T>> + Send + 'static,
         T: Send + 'static,
     {
         let gate = self.clone();
-        tokio::spawn(async move { gate.write(bounds, request).await })
+        tokio::spawn(async move { gate.write_in(term, bounds, request).await })
     }
 }
 
 /// A request's task ended: its outcome (a task that panicked is a request that failed).
-fn settled<T>(joined: Result<Outcome<T>, JoinError>) -> Outcome<T> {
+fn settled<T>(joined: Result<RequestAnswer<T>, JoinError>) -> RequestAnswer<T> {
     joined.unwrap_or_else(|join| {
         Ok(Err(kube::Error::Service(Box::new(std::io::Error::other(
             format!("a write's task ended: {join}"),
@@ -222,6 +245,7 @@ mod tests {
         let started = Instant::now();
         let written = gate
             .write_hedged(
+                None,
                 BOUNDS,
                 HEDGE,
                 request(Some(Duration::from_millis(299)), Ok("first")),
@@ -248,6 +272,7 @@ mod tests {
         let started = Instant::now();
         let written = gate
             .write_hedged(
+                None,
                 BOUNDS,
                 HEDGE,
                 request(Some(Duration::from_secs(3)), Ok("first")),
@@ -261,6 +286,16 @@ mod tests {
         assert!(written.hedged);
         assert_eq!(started.elapsed(), Duration::from_millis(305));
         assert_eq!(gate.writes_in_flight(), 1, "the first request runs on");
+        written
+            .unsettled
+            .expect("the first request runs on")
+            .await
+            .unwrap();
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(3),
+            "told when it ends"
+        );
         gate.close();
         gate.writes_settled().await;
         assert_eq!(
@@ -284,6 +319,7 @@ mod tests {
             let sent = std::sync::Mutex::new(None);
             let written = gate
                 .write_hedged(
+                    None,
                     BOUNDS,
                     HEDGE,
                     request(Some(first_answers), Ok("first")),
@@ -324,6 +360,7 @@ mod tests {
             });
             let written = gate
                 .write_hedged(
+                    None,
                     BOUNDS,
                     HEDGE,
                     first,
@@ -351,6 +388,7 @@ mod tests {
         let gate = leading();
         let written = gate
             .write_hedged(
+                None,
                 BOUNDS,
                 HEDGE,
                 request(Some(Duration::from_secs(1)), Ok("first")),
@@ -364,6 +402,7 @@ mod tests {
 
         let written = gate
             .write_hedged(
+                None,
                 BOUNDS,
                 HEDGE,
                 request(
@@ -395,6 +434,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(9)).await;
         let written = gate
             .write_hedged(
+                None,
                 BOUNDS,
                 HEDGE,
                 request(None, Ok("first")),
@@ -416,6 +456,7 @@ mod tests {
         let gate = Arc::new(LeaderGate::elected(Timing::DEFAULT));
         let written = gate
             .write_hedged(
+                None,
                 BOUNDS,
                 HEDGE,
                 request(Some(Duration::ZERO), Ok("first")),

@@ -28,7 +28,7 @@ mod hedge;
 mod write;
 
 pub use election::{Elector, KubeLeases, LeaseStore, RELEASE_BUDGET, StoreError};
-pub use gate::{InFlightWrite, LeaderGate};
+pub use gate::{InFlightWrite, LeaderGate, TermId};
 pub use hedge::{Attempt, HedgeBounds, Hedged};
 pub use write::{NotLeader, WriteBounds};
 
@@ -36,6 +36,13 @@ use std::time::Duration;
 
 /// The longest a round's delay gets with its jitter ([`election`] waits ±10 %).
 const MAX_JITTER: f64 = 1.1;
+
+/// The shortest write grace the clocks may leave ([`Timing::write_grace`]: half the time
+/// between the holder's gate closing and the earliest takeover). A write admitted just before
+/// the gate closes has the write grace to be answered, and the other half covers clocks that
+/// run at slightly different rates and the request's transit: a grace of a few milliseconds
+/// would abandon most such writes and leave no margin at all.
+pub const MIN_WRITE_GRACE: Duration = Duration::from_secs(1);
 
 /// The election's clocks, as client-go's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +62,10 @@ pub enum TimingError {
         "the lease duration must be a whole number of seconds, at least 1 (the Lease records seconds); got {0:?}"
     )]
     LeaseDuration(Duration),
+    #[error("the renew deadline ({0:?}) must be longer than zero: the leader could never write")]
+    NoRenewDeadline(Duration),
     #[error(
-        "the renew deadline ({renew_deadline:?}) must be shorter than the lease duration ({lease_duration:?}) minus the write grace ({write_grace:?}, half their difference): a leader's last write must end before a standby may take the Lease over"
+        "the renew deadline ({renew_deadline:?}) must end at least twice the minimum write grace ({MIN_WRITE_GRACE:?}) before the lease duration ({lease_duration:?}): the write grace, half their difference, is {write_grace:?}, and a leader's last write must end within it, a margin as long again before a standby may take the Lease over"
     )]
     RenewDeadline {
         lease_duration: Duration,
@@ -80,9 +89,9 @@ impl Timing {
         retry_period: Duration::from_secs(2),
     };
 
-    /// Clocks checked as client-go checks them: the renew deadline leaves a write grace
-    /// before the lease duration, and the leader renews (jitter included) within the renew
-    /// deadline.
+    /// Clocks checked as client-go checks them, and stricter: the renew deadline leaves a
+    /// write grace of at least [`MIN_WRITE_GRACE`] (and a margin as long) before the lease
+    /// duration, and the leader renews (jitter included) within the renew deadline.
     pub fn new(
         lease_duration: Duration,
         renew_deadline: Duration,
@@ -96,9 +105,11 @@ impl Timing {
         if lease_duration < Duration::from_secs(1) || lease_duration.subsec_nanos() != 0 {
             return Err(TimingError::LeaseDuration(lease_duration));
         }
+        if renew_deadline.is_zero() {
+            return Err(TimingError::NoRenewDeadline(renew_deadline));
+        }
         let write_grace = timing.write_grace();
-        if renew_deadline.is_zero() || renew_deadline >= lease_duration.saturating_sub(write_grace)
-        {
+        if write_grace < MIN_WRITE_GRACE {
             return Err(TimingError::RenewDeadline {
                 lease_duration,
                 renew_deadline,

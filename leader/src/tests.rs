@@ -786,13 +786,25 @@ async fn a_round_that_hangs_does_not_delay_the_release_past_its_budget() {
     15_000,
     15_000,
     2_000,
-    "the renew deadline (15s) must be shorter than the lease duration (15s) minus the write grace"
+    "the renew deadline (15s) must end at least twice the minimum write grace (1s) before the lease duration (15s): the write grace, half their difference, is 0ns"
 )]
 #[case::renew_deadline_past_the_lease(
     15_000,
     20_000,
     2_000,
-    "the renew deadline (20s) must be shorter"
+    "the renew deadline (20s) must end at least twice the minimum write grace"
+)]
+#[case::a_write_grace_of_five_milliseconds(
+    15_000,
+    14_990,
+    2_000,
+    "the renew deadline (14.99s) must end at least twice the minimum write grace (1s) before the lease duration (15s)"
+)]
+#[case::a_write_grace_just_short_of_the_minimum(
+    4_000,
+    2_001,
+    500,
+    "the write grace, half their difference, is 999.5ms"
 )]
 #[case::retry_period_equal_to_the_renew_deadline(
     15_000,
@@ -807,7 +819,7 @@ async fn a_round_that_hangs_does_not_delay_the_release_past_its_budget() {
     "must be shorter than the renew deadline (10s)"
 )]
 #[case::no_retry_period(15_000, 10_000, 0, "the retry period (0ns")]
-#[case::no_renew_deadline(15_000, 0, 2_000, "the renew deadline (0ns)")]
+#[case::no_renew_deadline(15_000, 0, 2_000, "the renew deadline (0ns) must be longer than zero")]
 #[case::lease_duration_below_a_second(
     500,
     200,
@@ -839,10 +851,44 @@ fn the_default_clocks_and_tight_valid_ones_are_accepted() {
     );
     assert_eq!(default, Ok(Timing::DEFAULT));
     let tight = Timing::new(
-        Duration::from_secs(2),
-        Duration::from_millis(1_900),
-        Duration::from_millis(1_700),
+        Duration::from_secs(3),
+        Duration::from_secs(1),
+        Duration::from_millis(900),
     )
     .unwrap();
-    assert_eq!(tight.write_grace(), Duration::from_millis(50));
+    assert_eq!(tight.write_grace(), MIN_WRITE_GRACE);
+}
+
+/// A write belongs to the term it was started in (issue 52): a renewal keeps the term, the
+/// Lease taken again after it was lost starts another, and a write of the ended term is
+/// refused in it, at once even when it was waiting for the gate.
+#[tokio::test(start_paused = true)]
+async fn a_write_of_an_ended_term_is_refused_even_when_the_replica_leads_again() {
+    let gate = Arc::new(LeaderGate::elected(Timing::DEFAULT));
+    gate.renewed(Instant::now());
+    let first = gate.current_term();
+    gate.renewed(Instant::now());
+    assert_eq!(gate.current_term(), first, "a renewal is the same term");
+    assert!(gate.admit_in(Some(first), BOUNDS.timeout).is_some());
+
+    gate.doubt();
+    let waiting = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.write_in(Some(first), BOUNDS, async { Ok(()) }).await }
+    });
+    tokio::task::yield_now().await;
+    gate.stand_by();
+    gate.renewed(Instant::now());
+    let second = gate.current_term();
+    assert_ne!(second, first, "the Lease taken again is another term");
+    let started = Instant::now();
+    assert_eq!(waiting.await.unwrap().err(), Some(NotLeader));
+    assert_eq!(started.elapsed(), Duration::ZERO, "refused at once");
+    assert!(gate.admit_in(Some(first), BOUNDS.timeout).is_none());
+    let written = gate.write_in(Some(second), BOUNDS, async { Ok(()) }).await;
+    assert!(matches!(written, Ok(Ok(()))));
+    assert!(
+        gate.write(BOUNDS, async { Ok(()) }).await.is_ok(),
+        "any term"
+    );
 }

@@ -6,10 +6,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::LeaderGate;
+use crate::{LeaderGate, TermId};
 
 /// This replica may not write now: it does not hold the Lease, its gate stayed closed for
-/// the whole wait, or it is shutting down.
+/// the whole wait, the term the write was started in has ended, or it is shutting down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("this replica is not the leader")]
 pub struct NotLeader;
@@ -38,10 +38,21 @@ impl LeaderGate {
         bounds: WriteBounds,
         request: impl Future<Output = kube::Result<T>>,
     ) -> Result<kube::Result<T>, NotLeader> {
-        if !self.wait_leading(bounds.gate_wait).await {
+        self.write_in(None, bounds, request).await
+    }
+
+    /// [`LeaderGate::write`] of a write started in `term` (`None`: in whichever term is
+    /// current): refused once that term has ended ([`LeaderGate::current_term`]).
+    pub async fn write_in<T>(
+        &self,
+        term: Option<TermId>,
+        bounds: WriteBounds,
+        request: impl Future<Output = kube::Result<T>>,
+    ) -> Result<kube::Result<T>, NotLeader> {
+        if !self.wait_leading_in(term, bounds.gate_wait).await {
             return Err(NotLeader);
         }
-        let write = self.admit(bounds.timeout).ok_or(NotLeader)?;
+        let write = self.admit_in(term, bounds.timeout).ok_or(NotLeader)?;
         let budget = write.budget();
         match tokio::time::timeout(budget, request).await {
             Ok(answer) => {
@@ -63,7 +74,7 @@ impl LeaderGate {
 
 /// Whether a write's outcome came from the API server (nothing of it can land later), as
 /// opposed to a transport failure after which the request may still be applied.
-fn answered_by_the_server<T>(answer: &kube::Result<T>) -> bool {
+pub(crate) fn answered_by_the_server<T>(answer: &kube::Result<T>) -> bool {
     matches!(
         answer,
         Ok(_) | Err(kube::Error::Api(_) | kube::Error::SerdeError(_))

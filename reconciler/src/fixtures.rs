@@ -169,11 +169,11 @@ fn policy_store(policies: &[NetworkPolicy]) -> Store<CachedPolicy> {
 /// The policy index a watch that listed `policies` builds.
 fn policy_index(policies: &[NetworkPolicy]) -> crate::view::scope::PolicyIndex {
     let index = crate::view::scope::PolicyIndex::default();
-    index.observe(&watcher::Event::Init);
+    index.observe(&watcher::Event::<NetworkPolicy>::Init);
     for policy in policies {
         index.observe(&watcher::Event::InitApply(policy.clone()));
     }
-    index.observe(&watcher::Event::InitDone);
+    index.observe(&watcher::Event::<NetworkPolicy>::InitDone);
     index
 }
 
@@ -412,7 +412,7 @@ impl Harness {
                 self.state.clone(),
                 "test".into(),
             )
-            .with_writer(self.ctx.writer.clone()),
+            .with_handoff(self.ctx.handoff.clone()),
         )
     }
 

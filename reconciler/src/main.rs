@@ -23,9 +23,8 @@ async fn main() -> ExitCode {
     // Spawned onto the worker pool, not run here: the future `#[tokio::main]` blocks on
     // runs on the main thread, outside the pool that drives the sockets, so the controller
     // polled in it (run.rs drives each term in place) was woken across threads for every
-    // watch event and every answer, a futex wake and a context switch each way. That thread
-    // took 15 % of a drift repair's CPU; on the pool a repair costs 8 % less (BENCHMARKS.md,
-    // "Drift repair"). A panic stays a panic.
+    // watch event and every answer, a futex wake and a context switch each way. A panic
+    // stays a panic.
     let result = match tokio::spawn(namespace_baseline_reconciler::main(cli)).await {
         Ok(result) => result,
         Err(error) => match error.try_into_panic() {

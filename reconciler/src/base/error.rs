@@ -33,7 +33,7 @@ pub enum Error {
 
     /// Writing or deleting an OpenReports Report failed.
     #[error("writing Report {namespace}/{name}")]
-    Report {
+    OpenReport {
         namespace: String,
         name: String,
         #[source]
@@ -183,7 +183,7 @@ impl Error {
             | Self::Delete { source, .. }
             | Self::Status { source, .. }
             | Self::Finalizer { source, .. }
-            | Self::Report { source, .. }
+            | Self::OpenReport { source, .. }
             | Self::Client(source) => classify_kube(source),
             Self::CachesNotSynced
             | Self::NotLeader
@@ -201,7 +201,7 @@ impl Error {
             | Self::Delete { source, .. }
             | Self::Status { source, .. }
             | Self::Finalizer { source, .. }
-            | Self::Report { source, .. }
+            | Self::OpenReport { source, .. }
             | Self::Client(source) => match api_status(source).map(|s| s.code) {
                 Some(403) => "Forbidden",
                 Some(422) => "Invalid",

@@ -79,6 +79,8 @@ pub struct Metrics {
     /// The baselines by `Ready`, and the covered namespaces without their wall
     /// (base/baseline_gauges.rs).
     pub baselines: crate::base::baseline_gauges::BaselineGauges,
+    /// The watches' errors (base/watch_errors.rs).
+    pub watches: crate::base::watch_errors::WatchErrors,
 }
 
 impl Default for Metrics {
@@ -143,6 +145,8 @@ impl Default for Metrics {
         probe.register(&mut registry);
         let baselines = crate::base::baseline_gauges::BaselineGauges::default();
         baselines.register(&mut registry);
+        let watches = crate::base::watch_errors::WatchErrors::default();
+        watches.register(&mut registry);
         // Every series exists from the start, at 0: an absent series is then a bug (renamed,
         // never exported), never "nothing happened yet".
         for result in [
@@ -182,6 +186,7 @@ impl Default for Metrics {
             api_door_mismatch,
             probe,
             baselines,
+            watches,
         }
     }
 }

@@ -11,9 +11,20 @@ use http::header::RETRY_AFTER;
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use kube::client::retry::RetryPolicy;
+use namespace_baseline_leader::WriteBounds;
 use tokio::time::{Instant, Sleep};
 use tower::BoxError;
 use tower::retry::Policy;
+
+/// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
+/// within a fraction of this) before it fails as `NotLeader`, and its upper bound: a
+/// connection that stops answering is a transient failure, not a reconcile stuck for the
+/// client's 295 s read timeout. (A leader's writes are also bounded by its lease.) The
+/// memory of an apply in flight outlasts it (`view/unseen_writes.rs`, `lifetime::IN_FLIGHT`).
+pub const WRITE_BOUNDS: WriteBounds = WriteBounds {
+    gate_wait: Duration::from_secs(2),
+    timeout: Duration::from_secs(30),
+};
 
 /// Retry delays: `base * 2^(attempt-1)` capped at `cap`, then "equal jitter" (a random
 /// point in the upper half), so that many failing objects do not retry in lockstep.
@@ -98,13 +109,12 @@ impl Retries {
 /// working and got cut, the usual case, is resumed without a pause, as client-go's reflector
 /// resumes a watch that lived: a wall deleted during the pause would wait for it), then
 /// capped exponential backoff with equal jitter, from [`WatchBackoff::BASE`] to
-/// [`WatchBackoff::CAP`]; reset by the stream's next success.
+/// [`WatchBackoff::CAP`]; reset by the watch's next answer (`watch_errors::watch_events`).
 ///
-/// kube's default (client-go's: 0.8 s doubling up to 30 s, reset only after 2 minutes)
-/// left the reconciler blind for up to 30 s after an API server restart: every failed
-/// reconnection during the outage doubled the wait, so the watches came back long after the
-/// API server did, and a wall deleted meanwhile stayed down. Three watches retrying every
-/// 5 s at most are no burden for a recovering API server.
+/// Not kube's default (client-go's: 0.8 s doubling up to 30 s, reset only after 2 minutes):
+/// every failed reconnection during an outage doubles the wait, so the watches would come
+/// back long after the API server did, and a wall deleted meanwhile would stay down. A few
+/// watches retrying every 5 s at most are no burden for a recovering API server.
 #[derive(Debug)]
 pub struct WatchBackoff {
     attempt: u32,
@@ -142,28 +152,6 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     fn reset(&mut self) {
         self.attempt = 0;
     }
-}
-
-/// The controller's backoff on its merged trigger stream: none. kube's `Controller` wraps
-/// the union of its trigger streams in a backoff of its own (client-go's, up to 30 s): an
-/// error from any one watch then paused every trigger, the healthy watches' included, and
-/// while paused no watch was polled, so none could reconnect; the pause doubled with every
-/// error of an outage. Each watch already backs off on its own ([`WatchBackoff`]), so the
-/// errors reaching the merged stream are spaced already.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoTriggerBackoff;
-
-impl Iterator for NoTriggerBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        // `None` would end the trigger stream: never.
-        Some(Duration::ZERO)
-    }
-}
-
-impl kube::runtime::utils::Backoff for NoTriggerBackoff {
-    fn reset(&mut self) {}
 }
 
 /// Tells a write that the API server answered its request `429 Too Many Requests`, and

@@ -1,6 +1,6 @@
 //! A new namespace's wall goes ahead of a full pass. kube runs one reconcile of a baseline at a
 //! time, so a namespace created while a full pass of its baseline is under way (a first
-//! install, a resync, a spec change: at 20,000 namespaces, seconds of writes) would wait for
+//! install, a resync, a spec change: in a large cluster, seconds of writes) would wait for
 //! the whole pass before its own scoped reconcile began, with its pods unwalled meanwhile (or,
 //! with `podsWaitForWall`, waiting). Instead, between two namespaces of the pass, the
 //! namespaces marked for this baseline since the pass began that the pass did not see as

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -20,7 +20,7 @@ use namespace_baseline_core::doors::{
 };
 use tracing::{error, info, warn};
 
-use crate::base::retry::WatchBackoff;
+use crate::base::watch_errors::{Watch, watch_events};
 use crate::reconcile::context::CONTROLLER_NAME;
 use crate::reconcile::state::State;
 
@@ -34,23 +34,30 @@ enum Source {
 /// Checks the door at start and on every change of the EndpointSlice or the door, until the
 /// future is dropped (the end of the leadership term).
 pub async fn guard(client: Client, state: Arc<State>, door: (String, String), instance: String) {
+    let term = state.leader.current_term();
     let (namespace, name) = door;
     let (slices, slice_writer) = reflector::store::<EndpointSlice>();
     let (doors, door_writer) = reflector::store::<NetworkPolicy>();
-    let slice_events = watcher(
-        Api::<EndpointSlice>::namespaced(client.clone(), "default"),
-        watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}=kubernetes")),
+    let slice_events = watch_events(
+        watcher(
+            Api::<EndpointSlice>::namespaced(client.clone(), "default"),
+            watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}=kubernetes")),
+        )
+        .reflect(slice_writer),
+        Watch::within("endpointslices", "default"),
+        state.metrics.watches.clone(),
     )
-    .backoff(WatchBackoff::default())
-    .reflect(slice_writer)
-    .map_ok(|event| (Source::Slices, matches!(event, watcher::Event::InitDone)));
-    let door_events = watcher(
-        Api::<NetworkPolicy>::namespaced(client.clone(), &namespace),
-        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    .map(|event| (Source::Slices, matches!(event, watcher::Event::InitDone)));
+    let door_events = watch_events(
+        watcher(
+            Api::<NetworkPolicy>::namespaced(client.clone(), &namespace),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+        .reflect(door_writer),
+        Watch::within("networkpolicies", &namespace),
+        state.metrics.watches.clone(),
     )
-    .backoff(WatchBackoff::default())
-    .reflect(door_writer)
-    .map_ok(|event| (Source::Door, matches!(event, watcher::Event::InitDone)));
+    .map(|event| (Source::Door, matches!(event, watcher::Event::InitDone)));
     let recorder = Recorder::new(
         client,
         Reporter {
@@ -61,10 +68,7 @@ pub async fn guard(client: Client, state: Arc<State>, door: (String, String), in
     let mut events = stream::select(slice_events, door_events).boxed();
     let (mut slices_listed, mut door_listed) = (false, false);
     let mut last: Option<Reachability> = None;
-    while let Some(event) = events.next().await {
-        let Ok((source, listed)) = event else {
-            continue;
-        };
+    while let Some((source, listed)) = events.next().await {
         match source {
             Source::Slices => slices_listed |= listed,
             Source::Door => door_listed |= listed,
@@ -119,7 +123,7 @@ pub async fn guard(client: Client, state: Arc<State>, door: (String, String), in
                 secondary: None,
             };
             match state
-                .write(recorder.publish(&event, &policy.object_ref(&())))
+                .write(term, recorder.publish(&event, &policy.object_ref(&())))
                 .await
             {
                 Ok(Ok(())) => {}

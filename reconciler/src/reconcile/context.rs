@@ -1,6 +1,6 @@
 //! What a reconcile is given, for one leadership term (kube-rs's `Context`): the client, the
 //! caches, the Event recorder, the settings, the process's state and the writes handed over
-//! (`writer.rs`); and the one way it writes, [`Context::write`], through the leader gate.
+//! (`handoff.rs`); and the one way it writes, [`Context::write`], through the leader gate.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
-use namespace_baseline_leader::HedgeBounds;
+use namespace_baseline_leader::{HedgeBounds, TermId};
 
 use crate::base::error::Result;
+use crate::reconcile::handoff::Handoff;
 use crate::reconcile::state::State;
-use crate::reconcile::writer::Writer;
 use crate::view::caches::Caches;
 use crate::view::reports::Reports;
 
@@ -46,13 +46,11 @@ pub struct Hedging {
 
 impl Hedging {
     /// No hedge while more writes than this are in flight: a pass over many namespaces
-    /// writes `--concurrency` (64) at a time, and a write slow among many is waiting in the
-    /// API server's queue, which a copy would only lengthen. A repair writes one or two
-    /// objects, its status and an Event; on a faulty link a few more writes of the last
-    /// seconds are still waiting out a 429's `Retry-After` or a stall. With 4 here, the chaos
-    /// soak's repairs often had 5–8 writes in flight: 9 of the 48 stalled repair applies
-    /// went unhedged, each holding its repair for the whole stall (0.5–3 s), about as many
-    /// repairs over 1.5 s as the fault model's floor counts for all other causes together.
+    /// writes `--concurrency` at a time, and a write slow among many is waiting in the API
+    /// server's queue, which a copy would only lengthen. A repair writes one or two objects,
+    /// its status and an Event; on a faulty link a few more writes of the last seconds are
+    /// still waiting out a 429's `Retry-After` or a stall, and a repair must still be hedged
+    /// then: the bound leaves room for them.
     pub const MAX_IN_FLIGHT: usize = 16;
 
     /// Hedges on `client` after `after`.
@@ -78,9 +76,11 @@ pub struct Context {
     /// The OpenReports side of this term.
     pub reports: Reports,
     /// The writes this term's reconciles handed over while still in flight.
-    pub writer: Writer,
+    pub handoff: Handoff,
     /// How the wall's applies are hedged; `None`: never.
     pub hedging: Option<Hedging>,
+    /// The leadership term this context was made for: its writes are refused once it ends.
+    pub term: TermId,
 }
 
 impl Context {
@@ -98,8 +98,9 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             reports: Reports::new(settings.reports),
-            writer: Writer::default(),
+            handoff: Handoff::detached(caches.dirty.clone()),
             hedging: None,
+            term: state.leader.current_term(),
             client,
             caches,
             settings,
@@ -109,10 +110,10 @@ impl Context {
 }
 
 impl Context {
-    /// The writer whose answers ask for the reconcile that reports them.
+    /// The handoff whose answers ask for the reconcile that reports them.
     #[must_use]
-    pub fn with_writer(self, writer: Writer) -> Self {
-        Self { writer, ..self }
+    pub fn with_handoff(self, handoff: Handoff) -> Self {
+        Self { handoff, ..self }
     }
 
     /// Hedges the wall's applies ([`Hedging`]).
@@ -121,11 +122,11 @@ impl Context {
         Self { hedging, ..self }
     }
 
-    /// Runs one write to the API through the leader gate ([`State::write`]).
+    /// Runs one write of this term to the API through the leader gate ([`State::write`]).
     pub(crate) async fn write<T>(
         &self,
         request: impl Future<Output = kube::Result<T>>,
     ) -> Result<kube::Result<T>> {
-        self.state.write(request).await
+        self.state.write(self.term, request).await
     }
 }

@@ -28,8 +28,9 @@ use crate::base::error::{Error, ErrorClass, Result};
 use crate::base::metrics::ReconcileResult;
 use crate::reconcile::ahead::AheadOfThePass;
 use crate::reconcile::context::Context;
-use crate::reconcile::status::{self, DnsCheck, Failure, Report};
-use crate::reconcile::writer::{Counts, HANDOFF, count};
+use crate::reconcile::handoff::{Counts, HANDOFF, count};
+use crate::reconcile::state::uid_of;
+use crate::reconcile::status::{self, DnsCheck, Failure, Findings};
 use crate::reconcile::writes::{apply, patch_finalizers, patch_status, publish, still_needed};
 use crate::view::caches::{Caches, DnsCaches};
 use crate::view::namespace_cache::CachedNamespace;
@@ -45,6 +46,11 @@ pub async fn reconcile(baseline: Arc<NamespaceBaseline>, ctx: Arc<Context>) -> R
     let result = crate::base::panics::contain(reconcile_baseline(&baseline, &ctx))
         .await
         .unwrap_or_else(|panic| Err(Failed::from(panic)));
+    if result.is_err() {
+        // Whatever the error and wherever it came from (a contained panic included), the
+        // marks this reconcile took are lost with it: its retry looks at everything.
+        ctx.caches.dirty.failed(&name);
+    }
     let (label, outcome) = match result {
         Ok(action) => {
             ctx.state.retries.succeeded(&name);
@@ -140,22 +146,28 @@ async fn reconcile_baseline(
     sync_finalizer(baseline, ctx).await?;
 
     let Converged {
-        report,
+        mut report,
         counts,
         new_holes,
         error,
     } = converge(baseline, ctx, planner, &policies, &scope, &pending).await;
+    // The status carries every repair no written status counts yet.
+    report.drift_repairs = ctx
+        .state
+        .repairs
+        .add(&uid_of(baseline), report.drift_repairs);
     let previous = ctx.caches.unseen.status(baseline);
     match error {
         None => {
-            let status_changed = write_status(baseline, ctx, previous.as_ref(), &report).await?;
-            announce(baseline, ctx, &report, &counts, status_changed).await;
+            // The Events tell what was done, whatever becomes of the status write.
+            let status = write_status(baseline, ctx, previous.as_ref(), &report).await;
+            announce(baseline, ctx, &report, &counts, matches!(status, Ok(true))).await;
             announce_doors_and_holes(baseline, ctx, previous.as_ref(), &report, new_holes).await;
+            status?;
             crate::reconcile::reports::write(ctx, baseline, &scope, &report).await;
             Ok(Action::requeue(ctx.settings.resync))
         }
         Some(error) => {
-            ctx.caches.dirty.failed(&name);
             // Best effort: the original error decides the routing.
             let news = write_status(baseline, ctx, previous.as_ref(), &report)
                 .await
@@ -170,7 +182,7 @@ async fn reconcile_baseline(
 
 /// What converging a baseline did.
 struct Converged {
-    report: Report,
+    report: Findings,
     counts: Counts,
     /// Holes not reported before.
     new_holes: Vec<(String, Hole)>,
@@ -206,7 +218,7 @@ async fn converge(
     scope: &Scope,
     pending: &PendingWrites,
 ) -> Converged {
-    let mut report = Report {
+    let mut report = Findings {
         generation: baseline.meta().generation,
         mode: baseline.spec.mode,
         namespaces: 0,
@@ -251,7 +263,7 @@ async fn converge(
     // Every live namespace the baseline does not match, without a scan (scope.rs).
     report.left_out = Some(ctx.caches.live.count().saturating_sub(report.namespaces));
     let found = core_plan::holes(&planner, policies);
-    let (mut holes, new_holes) = ctx.state.holes.update(&name, scope, &found);
+    let (mut holes, new_holes) = ctx.state.holes.update(&uid_of(baseline), scope, &found);
     measure_reach(&mut holes, &ctx.caches);
     report.holes = Some(holes);
     report.dns = if baseline.spec.allow_dns {
@@ -309,13 +321,13 @@ async fn converge(
             .unwrap_or_else(std::sync::PoisonError::into_inner),
         scoped,
     );
-    // What earlier reconciles handed to the writer and it has collected since: reported here.
-    if let Some(landed) = ctx.writer.take(&name) {
+    // What earlier reconciles handed over and the handoff has collected since: reported here.
+    if let Some(landed) = ctx.handoff.take(&name) {
         outcome.absorb(landed);
     }
     let (counts, error) = outcome.into_parts();
     if counts.handed_over > 0 {
-        debug!(baseline = %name, in_flight = counts.handed_over, "writes handed to the writer: the reconcile after their answers reports them");
+        debug!(baseline = %name, in_flight = counts.handed_over, "writes handed over: the reconcile after their answers reports them");
     }
     report.drift_repairs = count(counts.repaired.len());
     report.objects_applied = counts.writes();
@@ -335,7 +347,7 @@ async fn converge(
 
 /// Whether the baseline's DNS door opens onto its DNS Service's ready endpoints, from the
 /// DNS namespace's caches.
-fn dns_check(spec: &NamespaceBaselineSpec, dns: &DnsCaches) -> DnsCheck {
+pub(crate) fn dns_check(spec: &NamespaceBaselineSpec, dns: &DnsCaches) -> DnsCheck {
     let door = spec.dns_target();
     let (namespace, name) = door.service_ref();
     if namespace != dns.namespace {
@@ -385,12 +397,8 @@ async fn clean_up(
 ) -> Result<Action> {
     let name = baseline.name_any();
     // Its holes are no longer reported, its status no longer written.
-    ctx.state.holes.forget(&name);
-    ctx.caches.unseen.forget(baseline);
-    ctx.caches.matched.forget(&name);
-    ctx.writer.forget(&name);
-    ctx.state.metrics.set_holes(&name, []);
-    ctx.state.metrics.baselines.forget(&name);
+    ctx.state.forget_baseline(&ctx.caches, baseline);
+    ctx.handoff.forget(&name);
     if !has_finalizer(baseline) {
         return Ok(Action::await_change());
     }
@@ -422,7 +430,7 @@ async fn write_status(
     baseline: &NamespaceBaseline,
     ctx: &Arc<Context>,
     previous: Option<&NamespaceBaselineStatus>,
-    report: &Report,
+    report: &Findings,
 ) -> Result<bool> {
     let mut desired = status::desired(previous, report, &now());
     if let Some(ready) = desired.conditions.iter().find(|c| c.type_ == status::READY) {
@@ -443,18 +451,20 @@ async fn write_status(
         return Ok(false);
     }
     let name = baseline.name_any();
-    if ctx.writer.status_in_flight(&name) {
+    if ctx.handoff.status_in_flight(&name) {
         // One status write at a time: the answer of the one in flight asks for the reconcile
         // that writes this one, so an older status never lands after a newer.
         debug!(baseline = %name, "a status write is in flight: this status waits for its answer");
         return Ok(false);
     }
-    // Its own task, waited for at most HANDOFF, then handed to the writer.
+    // Its own task, waited for at most HANDOFF, then handed over (handoff.rs).
     let mut task = tokio::spawn({
         let (ctx, baseline) = (ctx.clone(), baseline.clone());
+        let carried = report.drift_repairs;
         async move {
             let written = patch_status(&baseline, &ctx, &desired).await?;
             ctx.caches.unseen.status_written(&baseline, written);
+            ctx.state.repairs.written(&uid_of(&baseline), carried);
             crate::reconcile::probe::condition::announce(&ctx, &baseline, enforced).await;
             Ok(())
         }
@@ -465,7 +475,7 @@ async fn write_status(
             "the status write's task ended: {join}"
         ))),
         Err(_) => {
-            ctx.writer.take_over_status(baseline, task);
+            ctx.handoff.take_over_status(baseline, task);
             Ok(true)
         }
     }
@@ -475,71 +485,47 @@ async fn write_status(
 async fn announce(
     baseline: &NamespaceBaseline,
     ctx: &Context,
-    report: &Report,
+    report: &Findings,
     counts: &Counts,
     status_changed: bool,
 ) {
+    let name = baseline.name_any();
     if counts.created > 0 {
-        let note = format!(
-            "installed {} NetworkPolicies; the wall covers {} namespaces",
-            counts.created, report.namespaces
-        );
-        info!(baseline = %baseline.name_any(), created = counts.created, "wall installed");
-        publish(
-            ctx,
-            baseline,
-            EventType::Normal,
-            "WallInstalled",
-            "Apply",
-            note,
-        )
-        .await;
+        info!(baseline = %name, created = counts.created, "wall installed");
     }
     if !counts.repaired.is_empty() {
-        let note = format!(
-            "repaired drifted NetworkPolicies: {}",
-            counts.repaired.join(", ")
-        );
-        info!(baseline = %baseline.name_any(), repaired = ?counts.repaired, "drift repaired");
-        publish(
-            ctx,
-            baseline,
-            EventType::Normal,
-            "DriftRepaired",
-            "Apply",
-            note,
-        )
-        .await;
+        info!(baseline = %name, repaired = ?counts.repaired, "drift repaired");
     }
-    if counts.deleted > 0 {
-        let note = format!(
-            "removed {} NetworkPolicies no longer wanted",
-            counts.deleted
-        );
-        publish(
-            ctx,
-            baseline,
-            EventType::Normal,
-            "PoliciesRemoved",
-            "Delete",
-            note,
-        )
-        .await;
-    }
-    if report.mode == Mode::Audit && report.drifted > 0 && status_changed {
-        let note = format!(
-            "audit mode: {} wall objects missing or differing in {} namespaces, left as found",
-            report.drifted, report.namespaces
-        );
-        publish(
-            ctx,
-            baseline,
-            EventType::Warning,
-            "DriftDetected",
-            "Audit",
-            note,
-        )
-        .await;
+    let (created, deleted, drifted) = (counts.created, counts.deleted, report.drifted);
+    let events = [
+        (created > 0).then(|| {
+            let note = format!(
+                "installed {created} NetworkPolicies; the wall covers {} namespaces",
+                report.namespaces
+            );
+            (EventType::Normal, "WallInstalled", "Apply", note)
+        }),
+        (!counts.repaired.is_empty()).then(|| {
+            let note = format!(
+                "repaired drifted NetworkPolicies: {}",
+                counts.repaired.join(", ")
+            );
+            (EventType::Normal, "DriftRepaired", "Apply", note)
+        }),
+        (deleted > 0).then(|| {
+            let note = format!("removed {deleted} NetworkPolicies no longer wanted");
+            (EventType::Normal, "PoliciesRemoved", "Delete", note)
+        }),
+        (report.mode == Mode::Audit && drifted > 0 && status_changed).then(|| {
+            let note = format!(
+                "audit mode: {drifted} wall objects missing or differing in {} namespaces, left as found",
+                report.namespaces
+            );
+            (EventType::Warning, "DriftDetected", "Audit", note)
+        }),
+    ];
+    for (type_, reason, action, note) in events.into_iter().flatten() {
+        publish(ctx, baseline, type_, reason, action, note).await;
     }
 }
 
@@ -549,7 +535,7 @@ async fn announce_doors_and_holes(
     baseline: &NamespaceBaseline,
     ctx: &Context,
     previous: Option<&NamespaceBaselineStatus>,
-    report: &Report,
+    report: &Findings,
     new_holes: Vec<(String, Hole)>,
 ) {
     let name = baseline.name_any();

@@ -19,7 +19,7 @@ use crate::fixtures::{
     Harness, RESYNC, Recorded, baseline, failure, healthy, namespace, namespace_store_and_writer,
     stored_wall,
 };
-use crate::reconcile::status::{self, Report};
+use crate::reconcile::status::{self, Findings};
 use crate::view::namespace_cache::namespace_meta;
 use crate::view::policy_cache::slim_policy;
 use kube::runtime::reflector::store::Writer;
@@ -58,7 +58,7 @@ fn converged_among(
     namespaces: u32,
     left_out: u32,
 ) -> NamespaceBaseline {
-    let report = Report {
+    let report = Findings {
         generation: baseline.meta().generation,
         mode: baseline.spec.mode,
         namespaces,
@@ -827,7 +827,7 @@ async fn a_write_that_never_answers_is_handed_over_and_its_failure_reported_late
         .unwrap();
     assert_eq!(second, Action::requeue(crate::fixtures::RESYNC));
 
-    // Its budget spent, the write fails; the writer keeps the failure for the next reconcile.
+    // Its budget spent, the write fails; the handoff keeps the failure for the next reconcile.
     tokio::time::sleep(Duration::from_secs(31)).await;
     let third = reconcile(Arc::new(baseline("guarded", seed())), harness.ctx.clone()).await;
     let error = third.unwrap_err();
@@ -845,7 +845,7 @@ async fn a_write_that_never_answers_is_handed_over_and_its_failure_reported_late
         .filter(|r| r.path == policy_path("team-a", "nsb-guarded-default-deny"))
         .count();
     // The first reconcile's 4 applies (the second's full pass adds none: all pending), then
-    // the third's, scoped to team-a, where the writer's answer was: the failed apply again,
+    // the third's, scoped to team-a, where the handoff's answer was: the failed apply again,
     // and the DNS door, which this test's cache never shows (a watch would have). Never a
     // second apply of an object while one was in flight.
     assert_eq!(stalled_writes, 2, "{writes:#?}");
@@ -856,7 +856,7 @@ async fn a_write_that_never_answers_is_handed_over_and_its_failure_reported_late
     assert_eq!(ready["status"], json!("False"), "{ready:#?}");
 }
 
-/// One status write at a time per baseline: while one is in flight (handed to the writer),
+/// One status write at a time per baseline: while one is in flight (handed over),
 /// the next reconcile leaves its status to the reconcile that the answer asks for, so an
 /// older status never lands after a newer one; a status write that fails is reported then.
 #[tokio::test(start_paused = true)]
@@ -874,19 +874,19 @@ async fn a_status_write_in_flight_holds_back_the_next_status_until_answered() {
     };
     let harness = Harness::new(guarded_namespaces(), vec![], Box::new(responder));
     run(&harness, baseline("guarded", seed())).await.unwrap();
-    assert!(harness.ctx.writer.status_in_flight("guarded"));
+    assert!(harness.ctx.handoff.status_in_flight("guarded"));
 
     // The wall is in the cache now: the next status (objectsApplied 0) waits.
     let later = harness.with_policies(full_wall(&seed(), &["team-a", "team-b"]));
     reconcile(Arc::new(baseline("guarded", seed())), later.clone())
         .await
         .unwrap();
-    assert!(later.writer.status_in_flight("guarded"));
+    assert!(later.handoff.status_in_flight("guarded"));
 
     // The stalled status write gives up; the reconcile its answer asks for reports that and
     // writes its own status.
     tokio::time::sleep(Duration::from_secs(31)).await;
-    assert!(!later.writer.status_in_flight("guarded"));
+    assert!(!later.handoff.status_in_flight("guarded"));
     let error = reconcile(Arc::new(baseline("guarded", seed())), later.clone())
         .await
         .unwrap_err();
@@ -1041,10 +1041,13 @@ async fn delete_policy_adds_the_finalizer_and_orphan_removes_it() {
     let requests = harness.requests().await;
     assert_eq!(requests.len(), 1, "{requests:#?}");
     assert!(requests[0].is("PATCH", &format!("{BASELINES}/guarded")));
-    assert_eq!(requests[0].content_type, "application/merge-patch+json");
+    assert_eq!(requests[0].content_type, "application/json-patch+json");
     assert_eq!(
         requests[0].body,
-        json!({"metadata": {"finalizers": [CLEANUP_FINALIZER], "resourceVersion": "100"}})
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [CLEANUP_FINALIZER]},
+        ])
     );
 
     let mut orphan = baseline("guarded", seed());
@@ -1054,8 +1057,11 @@ async fn delete_policy_adds_the_finalizer_and_orphan_removes_it() {
     let requests = harness.requests().await;
     assert_eq!(requests.len(), 1, "{requests:#?}");
     assert_eq!(
-        requests[0].body["metadata"]["finalizers"],
-        json!(["other/keep"])
+        requests[0].body,
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": ["other/keep", CLEANUP_FINALIZER]},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["other/keep"]},
+        ])
     );
 }
 
@@ -1079,7 +1085,7 @@ async fn deleting_a_delete_baseline_removes_its_wall_then_the_finalizer() {
     assert!(deletes.iter().all(|r| r.path.contains("nsb-guarded-")));
     let last = requests.last().unwrap();
     assert!(last.is("PATCH", &format!("{BASELINES}/guarded")));
-    assert_eq!(last.body["metadata"]["finalizers"], json!([]));
+    assert_eq!(last.body[1]["value"], json!([]));
 }
 
 #[tokio::test]
@@ -1147,7 +1153,7 @@ async fn a_leader_in_doubt_holds_its_writes_until_a_renewal_succeeds() {
 }
 
 /// ... and fails as `NotLeader`, writing nothing, when no renewal comes: its writes wait for
-/// the gate beyond HANDOFF, so the reconcile hands them to the writer, and the reconcile after
+/// the gate beyond HANDOFF, so the reconcile hands them over, and the reconcile after
 /// their refusal reports it.
 #[tokio::test(start_paused = true)]
 async fn a_leader_in_doubt_that_is_not_renewed_writes_nothing() {
@@ -1326,4 +1332,255 @@ fn only_spec_finalizers_deletion_and_identity_trigger_a_baseline_reconcile() {
     for changed in [respecified, finalized, deleted, recreated] {
         assert_ne!(hash(&changed), hash(&original));
     }
+}
+
+/// Issue 52, finding 1: a reconcile takes its baseline's marks before it plans; whatever
+/// error it then ends with (its finalizer write, its status write, a contained panic), its
+/// retry looks at everything again, not only at the marks that arrived meanwhile: else the
+/// namespaces of the failed scope wait for the resync while the status says the wall is in
+/// place.
+#[rstest]
+#[case::finalizer_write_fails(format!("{BASELINES}/guarded"))]
+#[case::status_write_fails(format!("{BASELINES}/guarded/status"))]
+#[tokio::test]
+async fn a_failed_reconcile_leaves_its_whole_scope_to_the_retry(#[case] failing: String) {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let mut policies = full_wall(&spec, &["team-a", "team-b"]);
+    policies.remove(2); // team-b's deny-all
+    let failed_once = std::sync::atomic::AtomicBool::new(false);
+    let responder = move |request: &Recorded| {
+        if request.path == failing && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            failure(500, "InternalError")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), policies, Box::new(responder));
+    let dirty = harness.ctx.caches.dirty.clone();
+    // A full pass was made a moment ago; the watch then saw team-b change.
+    assert_eq!(
+        dirty.take("guarded", RESYNC),
+        crate::view::scope::Scope::All
+    );
+    dirty.namespace("guarded", "team-b");
+    let error = run(&harness, converged(baseline("guarded", spec), 2))
+        .await
+        .unwrap_err();
+    assert_eq!(error.class(), ErrorClass::Transient, "{error:?}");
+    // Meanwhile the watch saw team-a change: the retry still looks at team-b.
+    dirty.namespace("guarded", "team-a");
+    assert_eq!(
+        dirty.take("guarded", RESYNC),
+        crate::view::scope::Scope::All,
+        "the retry of a failed reconcile lost the scope it took"
+    );
+}
+
+/// Issue 52, finding 1: the finalizer is written with a JSON patch that tests the list it
+/// was computed from (as kube's `finalizer()` does), not with the resourceVersion of the
+/// cached baseline, which this reconciler's own status writes leave behind: a mocked API
+/// server at resourceVersion 101 (a status write ago) refuses a stale resourceVersion with
+/// 409 and a failed test with 422, as kube-apiserver does.
+#[tokio::test]
+async fn the_finalizer_write_tests_the_finalizers_not_the_resource_version() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let server_finalizers = Value::Null;
+    let responder = move |request: &Recorded| {
+        if !request.is("PATCH", &format!("{BASELINES}/guarded")) {
+            return healthy(request);
+        }
+        let stale = request.body["metadata"]["resourceVersion"]
+            .as_str()
+            .is_some_and(|version| version != "101");
+        let tested = request.body.as_array().is_none_or(|operations| {
+            operations.iter().all(|operation| {
+                operation["op"] != "test"
+                    || (operation["path"] == "/metadata/finalizers"
+                        && operation["value"] == server_finalizers)
+            })
+        });
+        if stale {
+            failure(409, "Conflict")
+        } else if !tested {
+            failure(422, "Invalid")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&spec, &["team-a", "team-b"]),
+        Box::new(responder),
+    );
+    // The cache still holds the baseline at resourceVersion 100.
+    run(&harness, converged(baseline("guarded", spec), 2))
+        .await
+        .expect("the finalizer write failed");
+    let requests = harness.requests().await;
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert_eq!(requests[0].content_type, "application/json-patch+json");
+    assert_eq!(
+        requests[0].body,
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [CLEANUP_FINALIZER]},
+        ])
+    );
+}
+
+/// The wall of [`guarded_namespaces`] with its `index`th object's spec tampered with
+/// (0: team-a's deny-all, 2: team-b's).
+fn tampered_wall(index: usize) -> Vec<k8s_openapi::api::networking::v1::NetworkPolicy> {
+    let mut policies = full_wall(&seed(), &["team-a", "team-b"]);
+    policies[index].spec.as_mut().unwrap().egress = Some(vec![Default::default()]);
+    policies
+}
+
+/// Issue 52, finding 2: `status.driftRepairs` counts every repair, also those of a reconcile
+/// whose status write failed, or was left to the answer of a status write in flight: they
+/// are carried until a status that counts them is written.
+#[rstest]
+#[case::its_status_write_failed(false)]
+#[case::a_status_write_was_in_flight(true)]
+#[tokio::test(start_paused = true)]
+async fn repairs_whose_status_was_not_written_are_counted_by_the_next_status(
+    #[case] in_flight: bool,
+) {
+    let status_path = format!("{BASELINES}/guarded/status");
+    let answered_once = std::sync::atomic::AtomicBool::new(false);
+    let responder = move |request: &Recorded| {
+        if request.path == status_path
+            && !answered_once.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            if in_flight {
+                (crate::fixtures::NO_ANSWER, Value::Null)
+            } else {
+                failure(500, "InternalError")
+            }
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(guarded_namespaces(), tampered_wall(0), Box::new(responder));
+    let cached = converged(baseline("guarded", seed()), 2);
+    // A repair whose status write fails, or stays unanswered (handed over).
+    let first = run(&harness, cached.clone()).await;
+    assert_eq!(first.is_err(), !in_flight, "{first:?}");
+    let mut repairs = 1;
+    if in_flight {
+        // Another repair while that status write is in flight: its status waits.
+        let later = harness.with_policies(tampered_wall(2));
+        reconcile(Arc::new(cached.clone()), later).await.unwrap();
+        repairs += 1;
+        // The status write in flight gives up at its budget.
+        tokio::time::sleep(Duration::from_secs(31)).await;
+    }
+    let intact = harness.with_policies(full_wall(&seed(), &["team-a", "team-b"]));
+    let _ = reconcile(Arc::new(cached), intact.clone()).await;
+    drop(intact);
+    let requests = harness.requests().await;
+    // The first status write failed, or never answered.
+    let written = status_patches(&requests)[1..]
+        .last()
+        .map(|status| status["driftRepairs"].clone());
+    assert_eq!(
+        written,
+        Some(json!(repairs)),
+        "the last status written counts {written:?} of the {repairs} repairs"
+    );
+    assert_eq!(
+        event_reasons(&requests),
+        vec!["DriftRepaired"; repairs],
+        "each repair is announced, whatever became of its status"
+    );
+}
+
+/// Issue 52, finding 4: a write belongs to the term that started it. A status write waiting
+/// at the gate (the holder in doubt) when its term ends is refused, even though this replica
+/// takes the Lease again at once: it never goes out in the next term, where it could land
+/// after that term's newer status.
+#[tokio::test(start_paused = true)]
+async fn a_write_of_an_ended_term_never_goes_out_in_the_next() {
+    let gate = LeaderGate::elected(namespace_baseline_leader::Timing::DEFAULT);
+    testing::renewed(&gate, tokio::time::Instant::now());
+    let harness = Harness::with_gate(
+        guarded_namespaces(),
+        full_wall(&seed(), &["team-a", "team-b"]),
+        Box::new(healthy),
+        gate,
+    );
+    let leader = harness.state.leader.clone();
+    testing::doubt(&leader);
+    // The status write waits at the gate; the reconcile hands it over.
+    run(&harness, baseline("guarded", seed())).await.unwrap();
+    // The term ends, and this replica takes the Lease again at once: a new term.
+    testing::stand_by(&leader);
+    testing::renewed(&leader, tokio::time::Instant::now());
+    // The ended term's write would have waited 2 s for its gate.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let requests = harness.requests().await;
+    assert!(
+        status_patches(&requests).is_empty(),
+        "a status write of the ended term went out in the next: {requests:#?}"
+    );
+}
+
+/// Issue 52, finding 6: the answer of a status write handed over asks for a
+/// reconcile that reports it (a failure, the status held back meanwhile), and that reconcile
+/// plans no namespace: nothing in the wall changed.
+#[tokio::test]
+async fn the_reconcile_a_status_answer_asks_for_plans_no_namespace() {
+    let harness = Harness::new(guarded_namespaces(), vec![], Box::new(healthy));
+    let dirty = harness.ctx.caches.dirty.clone();
+    assert_eq!(
+        dirty.take("guarded", RESYNC),
+        crate::view::scope::Scope::All
+    );
+    let writer = harness.ctx.handoff.clone();
+    writer.take_over_status(&baseline("guarded", seed()), tokio::spawn(async { Ok(()) }));
+    while writer.status_in_flight("guarded") {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        dirty.take("guarded", RESYNC),
+        crate::view::scope::Scope::Namespaces(Default::default()),
+        "the reconcile of a status answer is a full pass"
+    );
+}
+
+/// A baseline being deleted forgets what is remembered of it, but not its failures: a
+/// clean-up that keeps failing backs off as any reconcile does.
+#[tokio::test]
+async fn a_failing_clean_up_backs_off() {
+    let spec = NamespaceBaselineSpec {
+        deletion_policy: DeletionPolicy::Delete,
+        ..seed()
+    };
+    let mut guarded = baseline("guarded", spec.clone());
+    guarded.meta_mut().finalizers = Some(vec![CLEANUP_FINALIZER.into()]);
+    guarded.meta_mut().deletion_timestamp = Some(Time(Timestamp::now()));
+    let responder = |request: &Recorded| {
+        if request.method == "DELETE" {
+            failure(500, "InternalError")
+        } else {
+            healthy(request)
+        }
+    };
+    let harness = Harness::new(
+        guarded_namespaces(),
+        full_wall(&spec, &["team-a", "team-b"]),
+        Box::new(responder),
+    );
+    let guarded = Arc::new(guarded);
+    for _ in 0..2 {
+        let error = run(&harness, guarded.as_ref().clone()).await.unwrap_err();
+        error_policy(guarded.clone(), &error, harness.ctx.clone());
+    }
+    assert_eq!(harness.state.retries.attempts("guarded"), 2);
 }

@@ -25,13 +25,13 @@ use crate::reconcile::probe::condition::ENFORCED;
 use crate::reconcile::status::{self, DnsCheck};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::reports::known::KnownReport;
-use crate::view::reports::object::{Report, apply_body, desired, report_name};
+use crate::view::reports::object::{OpenReport, apply_body, desired, report_name};
 use crate::view::reports::stored;
 use crate::view::scope::Scope;
 
 /// One write to a report.
 enum Write {
-    Apply(Box<Report>),
+    Apply(Box<OpenReport>),
     Delete { namespace: String },
 }
 
@@ -44,7 +44,7 @@ pub async fn write(
     ctx: &Context,
     baseline: &NamespaceBaseline,
     scope: &Scope,
-    outcome: &status::Report,
+    outcome: &status::Findings,
 ) {
     let Some(cache) = ctx.reports.cache() else {
         return;
@@ -88,9 +88,8 @@ pub async fn write(
         });
     let report = report_name(&name);
     // Each Report is built when its write is about to run, so that at most `concurrency` of
-    // them are in memory at once: all built before the first write, the 20,000 of a large
-    // install took the reconciler's peak to 123 MiB and left it at 72.6 MiB at rest, against
-    // 71.2 and 65.0 MiB this way (BENCHMARKS.md, "OpenReports").
+    // them are in memory at once, not one per covered namespace (the peak of a large install,
+    // and the allocator's footprint after it).
     let applies = covered.iter().filter_map(|namespace| {
         let wall = walls.get(*namespace).unwrap_or(&WallState::InPlace);
         let content = namespace_report(&NamespaceState {
@@ -200,7 +199,7 @@ async fn run(ctx: &Context, report: &str, writes: BoxStream<'_, Write>) -> (u32,
 }
 
 async fn one(ctx: &Context, report: &str, write: Write) -> Result<()> {
-    let failed = |namespace: &str, source: kube::Error| Error::Report {
+    let failed = |namespace: &str, source: kube::Error| Error::OpenReport {
         namespace: namespace.to_owned(),
         name: report.to_owned(),
         source: Box::new(source),
@@ -208,7 +207,7 @@ async fn one(ctx: &Context, report: &str, write: Write) -> Result<()> {
     match write {
         Write::Apply(wanted) => {
             let namespace = wanted.metadata.namespace.clone().unwrap_or_default();
-            let api: Api<Report> = Api::namespaced(ctx.client.clone(), &namespace);
+            let api: Api<OpenReport> = Api::namespaced(ctx.client.clone(), &namespace);
             ctx.write(api.patch(
                 report,
                 &PatchParams::apply(FIELD_MANAGER).force(),
@@ -224,7 +223,7 @@ async fn one(ctx: &Context, report: &str, write: Write) -> Result<()> {
             debug!(%namespace, %report, "report applied");
         }
         Write::Delete { namespace } => {
-            let api: Api<Report> = Api::namespaced(ctx.client.clone(), &namespace);
+            let api: Api<OpenReport> = Api::namespaced(ctx.client.clone(), &namespace);
             match ctx
                 .write(api.delete(report, &DeleteParams::default()))
                 .await?

@@ -11,7 +11,7 @@ use crate::fixtures::{Harness, Recorded, baseline, healthy, namespace};
 use crate::reconcile::reports::{remove_all, write};
 use crate::reconcile::status;
 use crate::view::reports::ReportCache;
-use crate::view::reports::object::{Report, desired};
+use crate::view::reports::object::{OpenReport, desired};
 use crate::view::scope::Scope;
 
 const REPORTS: &str = "/apis/openreports.io/v1alpha1/namespaces";
@@ -29,7 +29,7 @@ fn guarded() -> crate::fixtures::Harness {
 }
 
 /// The openreports.io CRDs are served and the cache of our reports lists `reports`.
-fn crds_served(harness: &Harness, reports: Vec<Report>) {
+fn crds_served(harness: &Harness, reports: Vec<OpenReport>) {
     harness.ctx.reports.set_cache(
         Some(ReportCache::listed(reports.into_iter().map(Into::into))),
         &harness.ctx.caches.unseen,
@@ -55,8 +55,8 @@ fn hole() -> Hole {
 }
 
 /// A successful Enforce reconcile's outcome: a World hole in team-a.
-fn outcome() -> status::Report {
-    status::Report {
+fn outcome() -> status::Findings {
+    status::Findings {
         generation: Some(1),
         mode: Mode::Enforce,
         namespaces: 2,
@@ -71,7 +71,7 @@ fn outcome() -> status::Report {
 }
 
 /// The report `outcome` calls for in `namespace`, as the API server would store it.
-fn stored(namespace: &str) -> Report {
+fn stored(namespace: &str) -> OpenReport {
     let opened = hole();
     let holes: Vec<&Hole> = if namespace == "team-a" {
         vec![&opened]
@@ -164,7 +164,7 @@ async fn a_written_report_is_not_written_again_before_its_echo() {
 async fn a_closed_hole_rewrites_only_its_namespace() {
     let harness = guarded();
     crds_served(&harness, vec![stored("team-a"), stored("team-b")]);
-    let closed = status::Report {
+    let closed = status::Findings {
         holes: Some(vec![]),
         ..outcome()
     };

@@ -17,8 +17,11 @@ use tokio::time::Instant;
 
 use crate::base::metrics::Metrics;
 use crate::base::retry::Retries;
+use crate::base::retry::WRITE_BOUNDS;
+use crate::view::caches::Caches;
 use crate::view::scope::Scope;
-use namespace_baseline_leader::{HedgeBounds, LeaderGate, NotLeader, WriteBounds};
+use namespace_baseline_leader::{HedgeBounds, LeaderGate, NotLeader, TermId};
+use tokio::task::JoinHandle;
 
 use crate::base::error::{Error, Result};
 
@@ -29,6 +32,8 @@ pub struct State {
     pub retries: Retries,
     pub health: Health,
     pub holes: KnownHoles,
+    /// The drift repairs no written status counts yet.
+    pub repairs: UnwrittenRepairs,
     /// The enforcement probe's last verdicts (probe/).
     pub probes: crate::reconcile::probe::Results,
     /// The NamespaceBaselines as their watch holds them, once the watches have started: the
@@ -36,11 +41,17 @@ pub struct State {
     baselines: std::sync::OnceLock<Store<NamespaceBaseline>>,
 }
 
+/// What the process-wide memories of a baseline are keyed by: its uid, so that one created
+/// again with the same name starts afresh even before the watch shows the first one gone.
+pub fn uid_of(baseline: &NamespaceBaseline) -> String {
+    baseline.uid().unwrap_or_else(|| baseline.name_any())
+}
+
 /// Holes with the namespace each is in.
 pub type NamespacedHoles = Vec<(String, Hole)>;
 
-/// The holes each baseline has, by namespace: a scoped reconcile updates its namespaces
-/// only, the status counts them all, and each new one gets one Event.
+/// The holes each baseline (by uid) has, by namespace: a scoped reconcile updates its
+/// namespaces only, the status counts them all, and each new one gets one Event.
 #[derive(Debug, Default)]
 pub struct KnownHoles {
     by_baseline: Mutex<HashMap<String, BTreeMap<String, Vec<Hole>>>>,
@@ -100,25 +111,62 @@ impl KnownHoles {
     }
 }
 
-/// How long a write waits for a closed gate to reopen (a failed lease renewal is retried
-/// within a fraction of this) before it fails as `NotLeader`, and its upper bound: a
-/// connection that stops answering is a transient failure, not a reconcile stuck for the
-/// client's 295 s read timeout. (A leader's writes are also bounded by its lease.)
-const WRITE_BOUNDS: WriteBounds = WriteBounds {
-    gate_wait: Duration::from_secs(2),
-    timeout: Duration::from_secs(30),
-};
+/// The drift repairs of each baseline (by uid) that no status written since counts: those of
+/// a reconcile whose status write failed, or waited for the answer of one in flight. The
+/// next status carries them all (`status.driftRepairs` is what users alert on), and a status
+/// written counts off those it carried.
+#[derive(Debug, Default)]
+pub struct UnwrittenRepairs {
+    by_baseline: Mutex<HashMap<String, u32>>,
+}
+
+impl UnwrittenRepairs {
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.by_baseline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `repaired` more repairs of `baseline`; returns how many no written status counts.
+    pub fn add(&self, baseline: &str, repaired: u32) -> u32 {
+        let mut counts = self.counts();
+        if repaired == 0 && !counts.contains_key(baseline) {
+            return 0;
+        }
+        let count = counts.entry(baseline.to_owned()).or_default();
+        *count = count.saturating_add(repaired);
+        *count
+    }
+
+    /// A status counting `carried` of them was written.
+    pub fn written(&self, baseline: &str, carried: u32) {
+        let mut counts = self.counts();
+        if let Some(count) = counts.get_mut(baseline) {
+            *count = count.saturating_sub(carried);
+            if *count == 0 {
+                counts.remove(baseline);
+            }
+        }
+    }
+
+    /// A baseline gone.
+    pub fn forget(&self, baseline: &str) {
+        self.counts().remove(baseline);
+    }
+}
 
 impl State {
-    /// Runs one write to the API through the leader gate (`LeaderGate::write`): held back
-    /// unless this replica may write, bounded by the lease, counted in flight until
-    /// answered. Every write of the process goes through here.
+    /// Runs one write to the API, started in the leadership term `term`, through the leader
+    /// gate (`LeaderGate::write_in`): held back unless this replica may write and `term` is
+    /// still the current one, bounded by the lease, counted in flight until answered. Every
+    /// write of the process goes through here.
     pub async fn write<T>(
         &self,
+        term: TermId,
         request: impl Future<Output = kube::Result<T>>,
     ) -> Result<kube::Result<T>> {
         self.leader
-            .write(WRITE_BOUNDS, request)
+            .write_in(Some(term), WRITE_BOUNDS, request)
             .await
             .map_err(|NotLeader| Error::NotLeader)
     }
@@ -126,28 +174,30 @@ impl State {
     /// Runs one write through the leader gate as [`State::write`] does, sending `second()`
     /// (the same write on the hedge client) when the first request is still unanswered past
     /// `hedge.after`, not before `held()` (a `Retry-After` running) has passed
-    /// (`LeaderGate::write_hedged`); counts the hedges.
+    /// (`LeaderGate::write_hedged`); counts the hedges. With the answer comes the request
+    /// that did not give it, when it is still running and may land later.
     pub async fn write_hedged<T, R>(
         &self,
+        term: TermId,
         hedge: HedgeBounds,
         first: R,
         held: impl Fn() -> Option<Instant>,
         second: impl FnOnce() -> R,
-    ) -> Result<kube::Result<T>>
+    ) -> Result<(kube::Result<T>, Option<JoinHandle<()>>)>
     where
         R: Future<Output = kube::Result<T>> + Send + 'static,
         T: Send + 'static,
     {
         let written = self
             .leader
-            .write_hedged(WRITE_BOUNDS, hedge, first, held, second)
+            .write_hedged(Some(term), WRITE_BOUNDS, hedge, first, held, second)
             .await
             .map_err(|NotLeader| Error::NotLeader)?;
         if written.hedged {
             self.metrics
                 .hedged(written.answered_by == namespace_baseline_leader::Attempt::Hedge);
         }
-        Ok(written.answer)
+        Ok((written.answer, written.unsettled))
     }
 
     pub fn new(leader: Arc<LeaderGate>) -> Self {
@@ -157,9 +207,26 @@ impl State {
             retries: Retries::default(),
             health: Health::default(),
             holes: KnownHoles::default(),
+            repairs: UnwrittenRepairs::default(),
             probes: crate::reconcile::probe::Results::default(),
             baselines: std::sync::OnceLock::new(),
         }
+    }
+
+    /// A baseline gone: deleted (with or without a finalizer: under `Orphan` no reconcile sees
+    /// it go, only the watch), or replaced by a new object of the same name. Nothing of it is
+    /// remembered any more: its holes (a successor announces its own), its repairs, its
+    /// shares of the metrics, its marks, its namespaces and its unseen status. (Not its
+    /// retries: a clean-up that fails backs off; the watch forgets them when it is gone.)
+    pub fn forget_baseline(&self, caches: &Caches, baseline: &NamespaceBaseline) {
+        let (name, uid) = (baseline.name_any(), uid_of(baseline));
+        self.holes.forget(&uid);
+        self.repairs.forget(&uid);
+        self.metrics.set_holes(&name, []);
+        self.metrics.baselines.forget(&name);
+        caches.unseen.forget(baseline);
+        caches.matched.forget(&name);
+        caches.dirty.forget(&name);
     }
 
     /// The watch's store of NamespaceBaselines (set once, by the watches' start).

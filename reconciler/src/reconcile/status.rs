@@ -38,7 +38,7 @@ impl From<&Error> for Failure {
 
 /// What one reconcile found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
+pub struct Findings {
     /// The `metadata.generation` the reconcile acted on.
     pub generation: Option<i64>,
     pub mode: Mode,
@@ -53,7 +53,8 @@ pub struct Report {
     /// could not be repaired (0 when the reconcile succeeded).
     pub drifted: u32,
     pub failure: Option<Failure>,
-    /// Managed policies repaired by this reconcile (deleted, or spec or labels changed).
+    /// Managed policies repaired (deleted, or spec or labels changed) that no status written
+    /// counts yet: this reconcile's, and those of earlier ones whose status was not written.
     pub drift_repairs: u32,
     /// The holes other policies open in the covered namespaces, with their namespace;
     /// `None` when not computed (an invalid spec).
@@ -75,7 +76,7 @@ pub enum DnsCheck {
 /// `previous` unless their status flips, so an unchanged outcome yields an equal status.
 pub fn desired(
     previous: Option<&NamespaceBaselineStatus>,
-    report: &Report,
+    report: &Findings,
     now: &Time,
 ) -> NamespaceBaselineStatus {
     let (ready, degraded) = conditions(report);
@@ -144,6 +145,25 @@ pub fn desired(
     }
 }
 
+/// Whether `status` already tells what `dns` found: a check not listed yet tells nothing new
+/// ([`desired`] keeps the last one).
+pub fn tells(status: Option<&NamespaceBaselineStatus>, dns: &DnsCheck) -> bool {
+    let DnsCheck::Checked(dns) = dns else {
+        return true;
+    };
+    let told = status.and_then(|status| {
+        status
+            .conditions
+            .iter()
+            .find(|condition| condition.type_ == DNS_REACHABLE)
+    });
+    told.is_some_and(|told| {
+        (told.status == "True") == dns.reachable
+            && told.reason == dns.reason
+            && told.message == dns.message
+    })
+}
+
 /// Holes by width, every width named (0 included) so that a closed hole shows as 0.
 pub fn hole_counts(holes: &[(String, Hole)]) -> BTreeMap<String, u32> {
     count_by_width(holes.iter().map(|(_, hole)| hole))
@@ -194,7 +214,7 @@ pub fn changed(
 
 type ConditionText = (bool, &'static str, String);
 
-fn conditions(report: &Report) -> (ConditionText, ConditionText) {
+fn conditions(report: &Findings) -> (ConditionText, ConditionText) {
     let namespaces = plural(report.namespaces, "namespace");
     if let Some(failure) = &report.failure {
         let message = match failure.class {
@@ -257,8 +277,8 @@ mod tests {
         Time(Timestamp::from_second(seconds).unwrap())
     }
 
-    fn report() -> Report {
-        Report {
+    fn report() -> Findings {
+        Findings {
             generation: Some(3),
             mode: Mode::Enforce,
             namespaces: 2,
@@ -306,7 +326,7 @@ mod tests {
     #[test]
     fn a_new_count_is_a_change_but_keeps_transition_times() {
         let first = desired(None, &report(), &time(100));
-        let converged = Report {
+        let converged = Findings {
             objects_applied: 0,
             ..report()
         };
@@ -318,7 +338,7 @@ mod tests {
     #[test]
     fn a_flip_moves_the_transition_time_only_of_the_flipped_condition() {
         let first = desired(None, &report(), &time(100));
-        let failed = Report {
+        let failed = Findings {
             failure: Some(Failure {
                 class: ErrorClass::Permanent,
                 reason: "Forbidden",
@@ -346,7 +366,7 @@ mod tests {
 
     #[test]
     fn a_transient_failure_says_it_is_retrying() {
-        let failed = Report {
+        let failed = Findings {
             failure: Some(Failure {
                 class: ErrorClass::Transient,
                 reason: "ServerError",
@@ -360,7 +380,7 @@ mod tests {
 
     #[test]
     fn audit_mode_reports_drift_as_degraded() {
-        let audit = Report {
+        let audit = Findings {
             mode: Mode::Audit,
             objects_applied: 0,
             drifted: 1,
@@ -416,7 +436,7 @@ mod tests {
             reached: 212,
             of: 214,
         });
-        let breached = Report {
+        let breached = Findings {
             holes: Some(vec![all]),
             ..report()
         };
@@ -437,7 +457,7 @@ mod tests {
 
     #[test]
     fn holes_are_counted_by_width_and_only_world_or_cluster_unseal_the_wall() {
-        let narrow = Report {
+        let narrow = Findings {
             holes: Some(vec![hole("web", Width::Pods), hole("db", Width::Addresses)]),
             ..report()
         };
@@ -455,7 +475,7 @@ mod tests {
         let open: Vec<_> = (0..7)
             .map(|i| hole(&format!("open-{i}"), Width::World))
             .collect();
-        let breached = Report {
+        let breached = Findings {
             holes: Some([open, vec![hole("all", Width::Cluster)]].concat()),
             ..report()
         };
@@ -483,7 +503,7 @@ mod tests {
 
     #[test]
     fn the_dns_condition_says_what_the_check_found() {
-        let unreachable = Report {
+        let unreachable = Findings {
             dns: Some(DnsCheck::Checked(Reachability {
                 reachable: false,
                 reason: "PortMismatch",
@@ -505,7 +525,7 @@ mod tests {
                 .any(|c| c.type_ == DNS_REACHABLE),
             "no door, no condition"
         );
-        let unlisted = Report {
+        let unlisted = Findings {
             dns: Some(DnsCheck::NotYet("not listed".to_owned())),
             ..report()
         };
@@ -521,7 +541,7 @@ mod tests {
     /// stored check stands, so a converged baseline's status is written again by no one.
     #[test]
     fn a_dns_check_not_listed_yet_keeps_the_last_one() {
-        let reachable = Report {
+        let reachable = Findings {
             dns: Some(DnsCheck::Checked(Reachability {
                 reachable: true,
                 reason: "EndpointsInsideDoor",
@@ -530,7 +550,7 @@ mod tests {
             ..report()
         };
         let stored = desired(None, &reachable, &time(100));
-        let unlisted = Report {
+        let unlisted = Findings {
             dns: Some(DnsCheck::NotYet("not listed".to_owned())),
             ..report()
         };
@@ -540,7 +560,7 @@ mod tests {
 
     #[test]
     fn drift_repairs_add_up_across_reconciles() {
-        let repaired = Report {
+        let repaired = Findings {
             drift_repairs: 2,
             ..report()
         };

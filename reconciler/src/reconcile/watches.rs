@@ -28,18 +28,17 @@ use namespace_baseline_core::spec::NamespaceBaseline;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use crate::base::retry::{NoTriggerBackoff, WatchBackoff};
+use crate::base::watch_errors::{Watch, watch_events};
 use crate::reconcile::context::{Context, Hedging, Settings};
-use crate::reconcile::controller::{error_policy, reconcile};
+use crate::reconcile::controller::{dns_check, error_policy, reconcile};
+use crate::reconcile::handoff::Handoff;
 use crate::reconcile::state::State;
-use crate::reconcile::writer::Writer;
+use crate::reconcile::status;
 use crate::view::caches::{Caches, DnsWatches, ListTracker};
 use crate::view::namespace_cache::{CachedNamespace, NamespaceMeta};
 use crate::view::policy_cache::{CachedPolicy, PolicyCache, slim_policy};
 use crate::view::reports::follow;
-use crate::view::triggers::{
-    NamespaceEvents, Trigger, Triggered, baselines_for_dns, baselines_for_policy,
-};
+use crate::view::triggers::{NamespaceEvents, Trigger, Triggered, baselines_for_policy};
 use crate::view::watched_cache::{WatchedCache, same_content, same_version};
 
 /// What, in a baseline, calls for a reconcile: a new object (uid), a spec change
@@ -61,25 +60,53 @@ pub fn baseline_changes(baseline: &NamespaceBaseline) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Where the watches' triggers go: to the controller of the current term, or nowhere.
+/// The baselines whose DNS door the DNS namespace's caches now check otherwise than their
+/// status says (the one this term last wrote, or the cache's).
+fn doors_turned(caches: &Caches, store: &Store<NamespaceBaseline>) -> Vec<Trigger> {
+    let Some(dns) = &caches.dns else {
+        return Vec::new();
+    };
+    let turned = |baseline: &NamespaceBaseline| {
+        let check = dns_check(&baseline.spec, dns);
+        !status::tells(caches.unseen.status(baseline).as_ref(), &check)
+    };
+    (store.state().iter())
+        .filter(|baseline| baseline.spec.allow_dns && turned(baseline))
+        .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
+        .collect()
+}
+
+/// Where the watches' triggers go: to the controller of the current term, or nowhere; and
+/// the term's handoff, which forgets a baseline the watch shows gone.
 #[derive(Clone, Default)]
 struct Relay {
-    term: Arc<Mutex<Option<mpsc::UnboundedSender<Trigger>>>>,
+    term: Arc<Mutex<Option<TermLink>>>,
 }
+
+/// The current term's trigger channel and handoff.
+type TermLink = (mpsc::UnboundedSender<Trigger>, Handoff);
 
 impl Relay {
     fn send(&self, trigger: Trigger) {
         let term = self.term.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(term) = term.as_ref() {
+        if let Some((term, _)) = term.as_ref() {
             // A closed channel is a term that just ended: its next term starts whole.
             let _ = term.unbounded_send(trigger);
         }
     }
 
+    /// The current term's handoff forgets `baseline`.
+    fn forget(&self, baseline: &str) {
+        let term = self.term.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, handoff)) = term.as_ref() {
+            handoff.forget(baseline);
+        }
+    }
+
     /// The triggers from now on, until [`Relay::disconnect`] or the next `connect`.
-    fn connect(&self) -> mpsc::UnboundedReceiver<Trigger> {
+    fn connect(&self, handoff: Handoff) -> mpsc::UnboundedReceiver<Trigger> {
         let (sender, receiver) = mpsc::unbounded();
-        *self.term.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
+        *self.term.lock().unwrap_or_else(PoisonError::into_inner) = Some((sender, handoff));
         receiver
     }
 
@@ -125,7 +152,7 @@ impl Watches {
         let dns = settings
             .dns_namespace
             .as_deref()
-            .map(|namespace| DnsWatches::new(&client, namespace));
+            .map(|namespace| DnsWatches::new(&client, namespace, &state.metrics.watches));
         let caches = Caches::new(
             namespaces,
             policies,
@@ -136,28 +163,25 @@ impl Watches {
         // A namespace event concerns its namespace only: the baselines it triggers plan and
         // write for that namespace (scope.rs).
         let namespace_triggers = {
-            let tracker = tracker.clone();
+            let listed = tracker.watch();
             let mut events = NamespaceEvents::new(
                 namespace_writer,
                 caches.dirty.clone(),
                 baselines.clone(),
                 caches.live.clone(),
             );
-            watcher(
-                Api::<NamespaceMeta>::all(client.clone()),
-                watcher::Config::default().any_semantic(),
+            watch_events(
+                watcher(
+                    Api::<NamespaceMeta>::all(client.clone()),
+                    watcher::Config::default().any_semantic(),
+                ),
+                Watch::all("namespaces"),
+                state.metrics.watches.clone(),
             )
-            .backoff(WatchBackoff::default())
-            .map(move |event| match event {
-                Ok(event) => {
-                    let triggered = events.observe(&event);
-                    tracker.observe(ListTracker::NAMESPACES, &event);
-                    triggered
-                }
-                Err(error) => {
-                    debug!(%error, "namespace watch");
-                    Vec::new()
-                }
+            .map(move |event| {
+                let triggered = events.observe(&event);
+                listed.observe(&event);
+                triggered
             })
             .flat_map(stream::iter)
         };
@@ -166,74 +190,78 @@ impl Watches {
         // holds the compact form; the triggers, the index and the unseen writes read the
         // changes the store took in.
         let policy_triggers = {
-            let tracker = tracker.clone();
+            let listed = tracker.watch();
             let (baselines, caches) = (baselines.clone(), caches.clone());
             let policy_cache = PolicyCache::default();
             let mut cache = WatchedCache::new(policy_writer);
-            watcher(
-                Api::<NetworkPolicy>::all(client.clone()),
-                watcher::Config::default().any_semantic(),
+            watch_events(
+                watcher(
+                    Api::<NetworkPolicy>::all(client.clone()),
+                    watcher::Config::default().any_semantic(),
+                )
+                .modify(slim_policy),
+                Watch::all("networkpolicies"),
+                state.metrics.watches.clone(),
             )
-            .backoff(WatchBackoff::default())
-            .modify(slim_policy)
-            .map(move |event| match event {
-                Ok(event) => {
-                    caches.index.observe(&event);
-                    let baselines = baselines.state();
-                    let mut triggered = Triggered::new(&caches.dirty);
-                    let event = policy_cache.event(&event);
-                    cache.apply(&event, same_content, |before, after| {
-                        caches.unseen.changed(before, after);
-                        for policy in [before, after].into_iter().flatten() {
-                            triggered.add(
-                                PolicyFacts::namespace(policy).unwrap_or_default(),
-                                baselines_for_policy(policy, &baselines, |name| {
-                                    caches.namespace(name)
-                                }),
-                            );
-                        }
-                    });
-                    tracker.observe(ListTracker::POLICIES, &event);
-                    triggered.into_baselines()
-                }
-                Err(error) => {
-                    debug!(%error, "policy watch");
-                    Vec::new()
-                }
+            .map(move |event| {
+                caches.index.observe(&event);
+                let baselines = baselines.state();
+                let mut triggered = Triggered::new(&caches.dirty);
+                let event = policy_cache.event(&event);
+                cache.apply(&event, same_content, |before, after| {
+                    caches.unseen.changed(before, after);
+                    for policy in [before, after].into_iter().flatten() {
+                        triggered.add(
+                            PolicyFacts::namespace(policy).unwrap_or_default(),
+                            baselines_for_policy(policy, &baselines, |name| caches.namespace(name)),
+                        );
+                    }
+                });
+                listed.observe(&event);
+                triggered.into_baselines()
             })
             .flat_map(stream::iter)
         };
 
-        // A new or changed baseline (`baseline_changes`) is seen whole.
+        let relay = Relay::default();
+        // A new or changed baseline (`baseline_changes`) is seen whole; one gone, or replaced
+        // by another of the same name, is forgotten.
         let baseline_triggers = {
+            let listed = tracker.watch();
             let (dirty, unseen) = (caches.dirty.clone(), caches.unseen.clone());
+            let (state, caches, relay) = (state.clone(), caches.clone(), relay.clone());
             let mut cache = WatchedCache::new(baseline_writer);
-            watcher(
-                Api::<NamespaceBaseline>::all(client.clone()),
-                watcher::Config::default().any_semantic(),
+            watch_events(
+                watcher(
+                    Api::<NamespaceBaseline>::all(client.clone()),
+                    watcher::Config::default().any_semantic(),
+                ),
+                Watch::all("namespacebaselines"),
+                state.metrics.watches.clone(),
             )
-            .backoff(WatchBackoff::default())
-            .map(move |event| match event {
-                Ok(event) => {
-                    let mut triggered = Vec::new();
-                    cache.apply(&event, same_version, |before, after| {
-                        unseen.changed(before, after);
-                        let Some(after) = after else {
-                            return;
-                        };
-                        if before.and_then(baseline_changes) != baseline_changes(after) {
-                            debug!(baseline = %after.name_any(), "baseline new or changed");
-                            dirty.all(&after.name_any());
-                            triggered.push(ObjectRef::from_obj(after));
-                        }
-                    });
-                    tracker.observe(ListTracker::BASELINES, &event);
-                    triggered
-                }
-                Err(error) => {
-                    debug!(%error, "baseline watch");
-                    Vec::new()
-                }
+            .map(move |event| {
+                let mut triggered = Vec::new();
+                cache.apply(&event, same_version, |before, after| {
+                    unseen.changed(before, after);
+                    if let Some(gone) = before
+                        .filter(|before| after.is_none_or(|after| after.uid() != before.uid()))
+                    {
+                        debug!(baseline = %gone.name_any(), "baseline gone: forgotten");
+                        state.forget_baseline(&caches, gone);
+                        state.retries.succeeded(&gone.name_any());
+                        relay.forget(&gone.name_any());
+                    }
+                    let Some(after) = after else {
+                        return;
+                    };
+                    if before.and_then(baseline_changes) != baseline_changes(after) {
+                        debug!(baseline = %after.name_any(), "baseline new or changed");
+                        dirty.all(&after.name_any());
+                        triggered.push(ObjectRef::from_obj(after));
+                    }
+                });
+                listed.observe(&event);
+                triggered
             })
             .flat_map(stream::iter)
         };
@@ -244,16 +272,16 @@ impl Watches {
             policy_triggers.boxed(),
         ];
         if let Some(dns) = dns {
-            // A change in the DNS namespace re-checks the doors of the baselines it serves.
-            let namespace = dns.caches.namespace.clone();
-            let store = baselines.clone();
+            // A change of what a DNS door depends on re-checks the doors it serves, here: only
+            // a door that its baseline's status says otherwise of is reconciled (its status,
+            // its Event and every namespace's report tell the door).
+            let (caches, store) = (caches.clone(), baselines.clone());
             triggers.push(
                 dns.changes
-                    .flat_map(move |()| stream::iter(baselines_for_dns(&namespace, &store.state())))
+                    .flat_map(move |()| stream::iter(doors_turned(&caches, &store)))
                     .boxed(),
             );
         }
-        let relay = Relay::default();
         let task = tokio::spawn({
             let relay = relay.clone();
             stream::select_all(triggers).for_each(move |trigger| {
@@ -289,7 +317,10 @@ impl Watches {
         instance: String,
         stop: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
-        let triggers = self.relay.connect();
+        // The handoff's answers ask for the reconcile that reports them.
+        let (landed, landed_triggers) = mpsc::unbounded();
+        let handoff = Handoff::new(self.caches.dirty.clone(), landed);
+        let triggers = self.relay.connect(handoff.clone());
         for baseline in self.baselines.state() {
             self.caches.dirty.all(&baseline.name_any());
         }
@@ -309,8 +340,6 @@ impl Watches {
             self.baselines.clone(),
             self.caches.clone(),
         );
-        // The writer's answers ask for the reconcile that reports them.
-        let (landed, landed_triggers) = mpsc::unbounded();
         let ctx = Arc::new(
             Context::new(
                 client,
@@ -319,7 +348,7 @@ impl Watches {
                 state,
                 instance,
             )
-            .with_writer(Writer::new(landed))
+            .with_handoff(handoff)
             .with_hedging(self.hedging.clone()),
         );
         // OpenReports: followed beside the controller; their appearance reconciles every baseline.
@@ -327,6 +356,7 @@ impl Watches {
             ctx.client.clone(),
             ctx.reports.clone(),
             ctx.caches.unseen.clone(),
+            ctx.state.metrics.watches.clone(),
         );
         // Every baseline the store holds at the start; those it lists later (a cold start)
         // come through the triggers, marked whole.
@@ -336,8 +366,6 @@ impl Watches {
             .reconcile_on(triggers)
             .reconcile_on(probe_triggers)
             .reconcile_on(landed_triggers)
-            // Each watch backs off on its own; a shared pause would blind them all (retry.rs).
-            .trigger_backoff(NoTriggerBackoff)
             .graceful_shutdown_on(stop)
             .run(reconcile, error_policy, ctx)
             .for_each(|result| async move {

@@ -96,6 +96,17 @@ impl MockApi {
         let _ = watch.unbounded_send(Ok(Frame::data(Bytes::from(format!("{gone}\n")))));
     }
 
+    /// Sends a live event on the watch open on `collection` (`ADDED`, `MODIFIED`, `DELETED`).
+    fn send_event(&self, collection: &str, kind: &str, object: Value) {
+        let held = self.held();
+        let watch = held
+            .watches
+            .get(collection)
+            .unwrap_or_else(|| panic!("no watch open on {collection}"));
+        let event = json!({"type": kind, "object": object});
+        let _ = watch.unbounded_send(Ok(Frame::data(Bytes::from(format!("{event}\n")))));
+    }
+
     fn writes(&self) -> Vec<Recorded> {
         self.held().writes.clone()
     }
@@ -523,4 +534,253 @@ async fn a_stalled_repair_is_hedged_and_a_throttled_one_is_not() {
         );
     })
     .await;
+}
+
+/// `allow-all-in` in `namespace`: a hole in its wall, as a list holds it.
+fn hole_item(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "allow-all-in", "namespace": namespace, "resourceVersion": "3"},
+        "spec": {"podSelector": {}, "ingress": [{}]},
+    })
+}
+
+/// The baseline `guarded` as a list holds it, with `uid`.
+fn baseline_item(uid: &str) -> Value {
+    let mut guarded = baseline("guarded", seed());
+    guarded.metadata.uid = Some(uid.to_owned());
+    serde_json::to_value(guarded).unwrap()
+}
+
+fn hole_events(writes: &[Recorded]) -> usize {
+    writes
+        .iter()
+        .filter(|write| write.path == EVENTS && write.body["reason"] == "HoleOpened")
+        .count()
+}
+
+/// Issue 52, finding 5: a baseline deleted under `Orphan` (no finalizer: the watch shows it
+/// gone, no reconcile sees it go) takes its state with it: one created again with the same
+/// name announces the holes in its wall as the first did.
+#[tokio::test(start_paused = true)]
+async fn a_baseline_deleted_without_a_finalizer_leaves_nothing_to_its_successor() {
+    let api = MockApi::new();
+    api.set_list(
+        NAMESPACES,
+        vec![namespace_item("team-a", &[("baseline", "guarded")])],
+    );
+    let mut policies = wall_items("team-a");
+    policies.push(hole_item("team-a"));
+    api.set_list(POLICIES, policies);
+    api.set_list(BASELINES, vec![baseline_item("uid-first")]);
+    let watches = Watches::start(api.client(), settings(), fresh_state());
+    let test = async {
+        api.writes_when(Duration::from_secs(5), |writes| hole_events(writes) == 1)
+            .await;
+        // Deleted (no finalizer: gone at once), then created again with the same name.
+        api.set_list(BASELINES, vec![]);
+        api.expire_watch(BASELINES);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        api.set_list(BASELINES, vec![baseline_item("uid-second")]);
+        api.expire_watch(BASELINES);
+        api.writes_when(Duration::from_secs(5), |writes| hole_events(writes) == 2)
+            .await;
+    };
+    tokio::select! {
+        () = watches.lead("test".to_owned(), std::future::pending()) => panic!("the term ended"),
+        () = test => {}
+    }
+}
+
+/// Issue 52, finding 4: the request of a hedged apply that did not answer first runs on, and
+/// may land late. Until it has (answered, or abandoned at its budget), its object is not
+/// written again: a spec change meanwhile is written after it, so that the late request
+/// never lands over the newer object (it would read as drift, repaired as tampering).
+#[tokio::test(start_paused = true)]
+async fn an_object_is_not_written_again_while_a_request_of_its_hedged_apply_may_land() {
+    let api = MockApi::new();
+    let state = fresh_state();
+    let hedging = Hedging::new(api.hedge_client(), Duration::from_millis(300));
+    leading(&api, state, Some(hedging), async {
+        let door = policy_path("team-a", "nsb-guarded-allow-dns");
+        let without_door: Vec<Value> = wall_items("team-a")
+            .into_iter()
+            .filter(|policy| policy["metadata"]["name"] != "nsb-guarded-allow-dns")
+            .collect();
+        // The DNS door deleted during a gap; its repair's first request stalls, the hedge
+        // answers.
+        let before = api.writes().len();
+        api.script(&door, Scripted::Stall);
+        api.set_list(POLICIES, without_door);
+        api.expire_watch(POLICIES);
+        api.writes_when(Duration::from_secs(2), |writes| {
+            writes[before..].iter().filter(|w| w.path == door).count() == 2
+        })
+        .await;
+        let stalled_at = api.received()[(before..api.writes().len())
+            .find(|index| api.writes()[*index].path == door)
+            .unwrap()]
+        .1;
+        // The watch shows the door back; 12 s later (past the memory of an answered apply)
+        // the spec changes the door's ports, while the stalled request may still land (its
+        // budget is 30 s).
+        api.set_list(POLICIES, wall_items("team-a"));
+        api.expire_watch(POLICIES);
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let changed_at = tokio::time::Instant::now();
+        let mut respecified = baseline("guarded", seed());
+        respecified.metadata.generation = Some(2);
+        respecified.metadata.resource_version = Some("200".to_owned());
+        respecified.spec.dns = Some(
+            serde_json::from_value(json!({"ports": [{"protocol": "UDP", "port": 5353}]})).unwrap(),
+        );
+        api.set_list(
+            BASELINES,
+            vec![serde_json::to_value(respecified).unwrap()],
+        );
+        api.expire_watch(BASELINES);
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        let (writes, received) = (api.writes(), api.received());
+        let rewritten: Vec<_> = (before..writes.len())
+            .filter(|index| writes[*index].path == door && received[*index].1 >= changed_at)
+            .map(|index| received[index].1 - stalled_at)
+            .collect();
+        let budget = Duration::from_secs(30);
+        assert!(
+            rewritten.first().is_some_and(|at| *at >= budget),
+            "the door was written again {rewritten:?} after its stalled request went out, which may land until {budget:?}"
+        );
+    })
+    .await;
+}
+
+const DNS_SERVICES: &str = "/api/v1/namespaces/kube-system/services";
+const DNS_SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices";
+const DNS_PODS: &str = "/api/v1/namespaces/kube-system/pods";
+
+/// A pod of kube-system as a metadata watch shows it, at `version`, with `labels` and an
+/// `annotation`.
+fn dns_pod(name: &str, version: u32, labels: Value, annotation: &str) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+        "metadata": {
+            "name": name, "namespace": "kube-system", "uid": format!("uid-{name}"),
+            "resourceVersion": version.to_string(), "labels": labels,
+            "annotations": {"churn": annotation},
+        },
+    })
+}
+
+/// What the reconcile counter says of successful reconciles.
+fn reconciles(state: &State) -> String {
+    let text = state.metrics.render().unwrap();
+    text.lines()
+        .find(|line| line.starts_with(r#"namespace_baseline_reconciles_total{result="success"}"#))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Issue 52, finding 6: in a busy DNS namespace (a DaemonSet rollout, pods annotated a few
+/// times a second) only a change of what a DNS door depends on (the Service, its endpoints'
+/// addresses, readiness and ports, the DNS pods' labels) is looked at, and only a check that
+/// comes out otherwise than the status says reconciles the baseline: 0 reconciles for the
+/// rest.
+#[tokio::test(start_paused = true)]
+async fn changes_in_the_dns_namespace_that_cannot_turn_a_door_reconcile_nothing() {
+    let api = MockApi::new();
+    let dns = crate::fixtures::healthy_dns();
+    let as_items = |objects: Vec<Value>| objects;
+    api.set_list(
+        NAMESPACES,
+        vec![namespace_item("team-a", &[("baseline", "guarded")])],
+    );
+    api.set_list(POLICIES, wall_items("team-a"));
+    api.set_list(
+        BASELINES,
+        vec![serde_json::to_value(baseline("guarded", seed())).unwrap()],
+    );
+    let service = serde_json::to_value(dns.services.state()[0].as_ref()).unwrap();
+    let slice = serde_json::to_value(dns.slices.state()[0].as_ref()).unwrap();
+    let labels = json!({"k8s-app": "kube-dns"});
+    api.set_list(DNS_SERVICES, as_items(vec![service]));
+    api.set_list(DNS_SLICES, as_items(vec![slice.clone()]));
+    api.set_list(DNS_PODS, vec![dns_pod("coredns-a", 1, labels.clone(), "0")]);
+    let state = fresh_state();
+    let settings = Settings {
+        dns_namespace: Some("kube-system".to_owned()),
+        ..settings()
+    };
+    let watches = Watches::start(api.client(), settings, state.clone());
+    let test = async {
+        // The first pass writes the status, the door reachable.
+        let first = api
+            .writes_when(Duration::from_secs(5), |writes| {
+                writes.iter().any(|write| write.path == STATUS)
+            })
+            .await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let settled = reconciles(&state);
+        let before = api.writes().len();
+        assert!(
+            first[0].body["status"]["conditions"]
+                .to_string()
+                .contains("DNSReachable")
+        );
+
+        // 200 changes that cannot turn the door: annotations, another label, a slice's
+        // resourceVersion and a field the check does not read.
+        for change in 0..200u32 {
+            let mut other_labels = labels.clone();
+            other_labels["pod-template-hash"] = json!(format!("{}", change % 3));
+            api.send_event(
+                DNS_PODS,
+                "MODIFIED",
+                dns_pod("coredns-a", change + 2, other_labels, &change.to_string()),
+            );
+            let mut touched = slice.clone();
+            touched["metadata"]["resourceVersion"] = json!(format!("{}", change + 2));
+            touched["endpoints"][0]["nodeName"] = json!(format!("node-{}", change % 5));
+            api.send_event(DNS_SLICES, "MODIFIED", touched);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            reconciles(&state),
+            settled,
+            "changes that cannot turn a door reconciled the baseline"
+        );
+        assert_eq!(
+            api.writes().len(),
+            before,
+            "{:#?}",
+            described(&api.writes()[before..])
+        );
+
+        // The DNS pod loses the label the door selects: the door turns, reported.
+        api.send_event(
+            DNS_PODS,
+            "MODIFIED",
+            dns_pod("coredns-a", 900, json!({"app": "dns"}), "x"),
+        );
+        let turned = api
+            .writes_when(Duration::from_secs(5), |writes| {
+                writes[before..].iter().any(|write| write.path == STATUS)
+            })
+            .await;
+        let status = turned[before..]
+            .iter()
+            .find(|write| write.path == STATUS)
+            .unwrap();
+        assert!(
+            status.body["status"]["conditions"]
+                .to_string()
+                .contains("EndpointOutsideDoor"),
+            "{:#?}",
+            status.body
+        );
+    };
+    tokio::select! {
+        () = watches.lead("test".to_owned(), std::future::pending()) => panic!("the term ended"),
+        () = test => {}
+    }
 }

@@ -6,19 +6,18 @@
 //! kube 4.2 builds its connector with hyper-util's default, Nagle's algorithm on. On a new
 //! connection whose TLS session is resumed, the client's `Finished` and its first request
 //! leave as two small writes; Nagle holds the request until the server acknowledges the
-//! `Finished`, and a Go API server, with nothing to send at that point, delays that
-//! acknowledgement by Linux's 40 ms. So the first request on every resumed connection took
-//! ~42 ms instead of ~2 (docs/benchmarks-history.md, "Small N with more repetitions"): the first repair
-//! after a restart, any write that finds no idle connection in the pool. Go's own clients set
-//! `TCP_NODELAY`, as this one now does.
+//! `Finished`, which a Go API server, with nothing to send then, delays by Linux's delayed
+//! acknowledgement: the first request of every resumed connection (the first repair after a
+//! restart, any write finding no idle connection) waited for it. Go's own clients set
+//! `TCP_NODELAY`, as this one does.
 //!
 //! The pooled connections idle after a burst are capped at [`IDLE_CONNECTIONS`]: a pass
-//! writes `--concurrency` (64) requests at a time, each on a connection of its own (HTTP/1.1,
-//! as kube speaks it), and hyper-util kept every one of them open, idle, for 90 s: 76 sockets
-//! at rest after an install against 13 after a restart (BENCHMARKS.md, "OpenReports"), each
+//! writes `--concurrency` requests at a time, each on a connection of its own (HTTP/1.1, as
+//! kube speaks it), and hyper-util would keep every one of them open, idle, for 90 s, each
 //! with its TLS and HTTP buffers on both ends. At rest this reconciler sends a Lease renewal
 //! and a repair now and then, which [`IDLE_CONNECTIONS`] covers; a burst beyond it opens new
-//! connections (a resumed TLS session: a millisecond or two).
+//! connections (a resumed TLS session). The measurements: docs/benchmarks-history.md,
+//! "Measurements behind the reconciler's code".
 //!
 //! kube does not expose its connector, so the stack is rebuilt here from kube's public parts,
 //! layer for layer as `ClientBuilder::try_from(Config)` builds it (kube-client 4.2,

@@ -153,16 +153,15 @@ pub struct RunOptions {
     #[arg(long, global = true)]
     pub api_door_policy: Option<String>,
 
-    /// Write requests in flight within one reconcile. 64: the API server's own floor for the
-    /// wall's server-side applies was lowest there (docs/benchmarks-history.md, "At the API server's floor").
+    /// Write requests in flight within one reconcile: enough to keep the API server's
+    /// server-side apply at its own floor during a pass, not more.
     #[arg(long, global = true, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
     /// Hedge a wall apply unanswered this long: send it again on a fresh connection and take
     /// the first answer (at most once per write, not while a 429's Retry-After runs, never
-    /// while more than 16 writes are in flight). Well above a healthy apply's answer (the
-    /// benchmarks' repair p99 is under 10 ms), well below a stalled one's; "0" turns hedging
-    /// off.
+    /// while more than 16 writes are in flight). Well above a healthy apply's answer, well
+    /// below a stalled one's; "0" turns hedging off.
     #[arg(long, global = true, default_value = "200ms", value_parser = parse_duration_or_zero)]
     pub hedge_after: Duration,
 
@@ -193,8 +192,9 @@ struct TimingFlags {
     #[arg(long, global = true, default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
 
-    /// How long after the start of its last successful renewal the leader may write; shorter
-    /// than the lease duration minus the write grace (half their difference).
+    /// How long after the start of its last successful renewal the leader may write; at least
+    /// 2 s shorter than the lease duration (the write grace, half their difference, is 1 s at
+    /// least).
     #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
     renew_deadline: Duration,
 
@@ -308,8 +308,8 @@ mod tests {
     }
 
     #[rstest]
-    #[case::renew_deadline_as_long_as_the_lease(&["--renew-deadline=15s"], "the renew deadline (15s) must be shorter than the lease duration (15s) minus the write grace (0ns")]
-    #[case::renew_deadline_past_the_lease(&["--lease-duration=10s", "--renew-deadline=12s"], "the renew deadline (12s) must be shorter than the lease duration (10s)")]
+    #[case::renew_deadline_as_long_as_the_lease(&["--renew-deadline=15s"], "the renew deadline (15s) must end at least twice the minimum write grace (1s) before the lease duration (15s): the write grace, half their difference, is 0ns")]
+    #[case::renew_deadline_past_the_lease(&["--lease-duration=10s", "--renew-deadline=12s"], "the renew deadline (12s) must end at least twice the minimum write grace (1s) before the lease duration (10s)")]
     #[case::retry_period_as_long_as_the_renew_deadline(&["--retry-period=10s"], "the retry period (10s, up to 11s with its 10 % jitter) must be shorter than the renew deadline (10s)")]
     #[case::retry_period_past_the_renew_deadline_with_its_jitter(&["--retry-period=9500ms"], "must be shorter than the renew deadline (10s)")]
     #[case::lease_duration_in_fractions_of_a_second(&["--lease-duration=15500ms"], "the lease duration must be a whole number of seconds")]

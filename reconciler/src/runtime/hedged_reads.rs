@@ -4,8 +4,8 @@
 //! there is nothing of it to wait for).
 //!
 //! Why: a watch that resumes after a cut, or relists after a `410`, sees nothing until its
-//! request is answered, and a drift made meanwhile waits for it: a stalled watch request held
-//! the repairs of the chaos soak for seconds (issue 38). Writes are hedged too, but inside the
+//! request is answered, and a drift made meanwhile waits for it: a stalled watch request
+//! holds every repair behind it. Writes are hedged too, but inside the
 //! leader gate (`leader/src/hedge.rs`, `reconcile/writes.rs`); a read needs no gate. What
 //! "answered" means here is the response's head: a watch's answer then streams for minutes.
 //! The hedge is one request (no second hedge), on a connection of its own; it carries the

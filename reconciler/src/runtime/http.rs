@@ -58,13 +58,15 @@ async fn healthz(Shared(state): Shared<Arc<State>>) -> impl IntoResponse {
     }
 }
 
+/// Ready or not, and why; then each watch failing now with the API's last answer (a watch
+/// of the DNS namespace or of the reports may fail while the reconciler is ready).
 async fn readyz(Shared(state): Shared<Arc<State>>) -> impl IntoResponse {
     let role = if state.leader.is_leading() {
         "leader"
     } else {
         "standby"
     };
-    if state.is_ready() {
+    let (status, mut body) = if state.is_ready() {
         (StatusCode::OK, format!("ready ({role})\n"))
     } else if !state.leader.is_known() {
         (
@@ -76,7 +78,15 @@ async fn readyz(Shared(state): Shared<Arc<State>>) -> impl IntoResponse {
             StatusCode::SERVICE_UNAVAILABLE,
             "caches not synced yet\n".to_owned(),
         )
+    };
+    let failing = state.metrics.watches.failing_now();
+    if !failing.is_empty() {
+        body.push_str("watches failing:\n");
+        for (watch, answer) in failing {
+            body.push_str(&format!("  {watch}: {answer}\n"));
+        }
     }
+    (status, body)
 }
 
 async fn metrics(Shared(state): Shared<Arc<State>>) -> impl IntoResponse {
@@ -157,5 +167,48 @@ mod tests {
             get(&state, "/readyz").await,
             (StatusCode::OK, "ready (leader)\n".into())
         );
+    }
+
+    /// Issue 52, finding 7: a watch the API server refuses (an RBAC 403) is no silent
+    /// readiness that never comes: the readiness body names the resource and the API's
+    /// answer, and the errors are counted by resource.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_watch_is_named_in_the_readiness_body_and_counted() {
+        use crate::fixtures::{failure, mock_client};
+        use crate::reconcile::context::Settings;
+        use crate::reconcile::watches::Watches;
+
+        let (client, _server) = mock_client(Box::new(|_| failure(403, "Forbidden")));
+        let state = Arc::new(State::new(Arc::new(LeaderGate::always())));
+        let settings = Settings {
+            concurrency: 4,
+            resync: std::time::Duration::from_secs(300),
+            dns_namespace: Some("kube-system".to_owned()),
+            api_door: None,
+            reports: false,
+        };
+        let _watches = Watches::start(client, settings, state.clone());
+        // The watches' first attempts and a few retries (their backoff starts at 0.5 s).
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let (status, body) = get(&state, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        for resource in ["namespaces", "networkpolicies", "namespacebaselines"] {
+            assert!(
+                body.contains(&format!("{resource}: ")) && body.contains("mocked Forbidden"),
+                "the readiness body does not say why the {resource} watch fails: {body:?}"
+            );
+        }
+        let (_, text) = get(&state, "/metrics").await;
+        for resource in ["namespaces", "pods"] {
+            let counted = text.lines().any(|line| {
+                line.starts_with(&format!(
+                    r#"namespace_baseline_watch_errors_total{{resource="{resource}"}} "#
+                )) && !line.ends_with(" 0")
+            });
+            assert!(
+                counted,
+                "the {resource} watch's errors are not counted:\n{text}"
+            );
+        }
     }
 }

@@ -157,6 +157,16 @@ async fn lead_while_elected(
             continue;
         }
 
+        // A term starts once the writes of the last one have settled (answered, or the write
+        // grace after they were abandoned): one still under way, refused nothing since it was
+        // admitted, could land after this term's newer write of the same object.
+        if state.leader.writes_in_flight() > 0 {
+            info!("leading: waiting for the last term's writes to settle");
+        }
+        tokio::select! {
+            () = state.leader.writes_settled() => {}
+            _ = shutdown.changed() => return Ok(()),
+        }
         info!(%identity, "leading: starting the controller");
         state.metrics.set_leader(true);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -166,22 +176,22 @@ async fn lead_while_elected(
         tokio::pin!(term);
         let end = loop {
             tokio::select! {
-                () = &mut term => break Term::Ended,
+                () = &mut term => break TermEnd::Ended,
                 _ = ticker.tick() => state.health.beat(),
                 _ = changes.changed() => {}
-                _ = shutdown.changed() => break Term::Shutdown,
+                _ = shutdown.changed() => break TermEnd::Shutdown,
             }
             if !state.leader.holding() {
-                break Term::Lost;
+                break TermEnd::Lost;
             }
         };
         match end {
-            Term::Lost => {
+            TermEnd::Lost => {
                 // Dropping the controller aborts its reconciles; the gate already refuses
                 // their writes.
                 warn!("lost the lease: stopped the controller");
             }
-            Term::Shutdown => {
+            TermEnd::Shutdown => {
                 // No new work, and no new write: only the writes already under way go on
                 // (within their budgets), polled here, and the Lease is released after them.
                 state.leader.close();
@@ -206,7 +216,7 @@ async fn lead_while_elected(
                     );
                 }
             }
-            Term::Ended => {
+            TermEnd::Ended => {
                 error!("the controller stopped unexpectedly: restarting it");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -215,7 +225,8 @@ async fn lead_while_elected(
     }
 }
 
-enum Term {
+/// Why a term of leadership ended.
+enum TermEnd {
     Ended,
     Lost,
     Shutdown,

@@ -1,27 +1,33 @@
 //! The watch caches a reconcile reads the cluster from, and what they keep of each object.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use namespace_baseline_core::DnsSpec;
-use namespace_baseline_core::doors::{DnsObjects, Reachability, check_dns_objects};
+use namespace_baseline_core::doors::{
+    DnsObjects, Reachability, SERVICE_NAME_LABEL, check_dns_objects,
+};
 use tokio::sync::watch;
-use tracing::{debug, info};
+use tracing::info;
 
 use crate::base::error::{Error, Result};
+use crate::base::watch_errors::{Watch, WatchErrors, watch_events};
 use crate::view::namespace_cache::CachedNamespace;
 use crate::view::policy_cache::CachedPolicy;
 use crate::view::scope::{Dirty, LiveNamespaces, MatchedNamespaces, PolicyIndex, Scope};
 use crate::view::unseen_writes::UnseenWrites;
-use crate::view::watched_cache::{WatchedCache, same_version};
+use crate::view::watched_cache::{Same, WatchedCache, same_content};
 
 /// The watch caches a reconcile reads the cluster from: no LIST or GET on the hot path.
 #[derive(Clone)]
@@ -114,7 +120,9 @@ impl Caches {
 /// The Services (metadata), EndpointSlices and pods (metadata) of the one namespace the
 /// cluster's DNS runs in (`--dns-namespace`). Listed apart from the wall's caches: a DNS
 /// namespace the reconciler may not read (RBAC) leaves `DNSReachable` Unknown, never the wall
-/// unattended.
+/// unattended. Each keeps only what a DNS door's check reads ([`slim_meta`], [`slim_slice`]),
+/// and compares by it: in a busy namespace (pods annotated, rolled, their status updated)
+/// only a change that could turn a door is one.
 #[derive(Clone)]
 pub struct DnsCaches {
     pub namespace: String,
@@ -137,7 +145,7 @@ pub struct DnsWatches {
 
 impl DnsWatches {
     /// The three watches of `namespace` (not yet polled).
-    pub fn new(client: &kube::Client, namespace: &str) -> Self {
+    pub fn new(client: &kube::Client, namespace: &str, errors: &WatchErrors) -> Self {
         use kube::Api;
 
         let (services, service_writer) = reflector::store::<PartialObjectMeta<Service>>();
@@ -151,17 +159,23 @@ impl DnsWatches {
         let changes = futures::stream::select_all([
             changes(
                 Api::namespaced(client.clone(), namespace),
-                service_writer,
+                Watch::within("services", namespace),
+                errors,
+                (service_writer, slim_meta, same_meta),
                 on_listed(0),
             ),
             changes(
                 Api::namespaced(client.clone(), namespace),
-                slice_writer,
+                Watch::within("endpointslices", namespace),
+                errors,
+                (slice_writer, slim_slice, same_content),
                 on_listed(1),
             ),
             changes(
                 Api::namespaced(client.clone(), namespace),
-                pod_writer,
+                Watch::within("pods", namespace),
+                errors,
+                (pod_writer, slim_meta, same_meta),
                 on_listed(2),
             ),
         ])
@@ -179,11 +193,14 @@ impl DnsWatches {
     }
 }
 
-/// A watch of `api` into the cache `writer` fills, as the changes it makes; `on_listed` is
-/// told of each completed list.
+/// `watch`, of `api`, into the cache `writer` fills with each object as `slim` keeps it, as
+/// the changes `same` tells (its errors told to `errors`); `on_listed` is told of each
+/// completed list.
 fn changes<K>(
     api: kube::Api<K>,
-    writer: Writer<K>,
+    watch: Watch<'_>,
+    errors: &WatchErrors,
+    (writer, slim, same): (Writer<K>, fn(&mut K), Same<K>),
     on_listed: impl Fn() + Send + 'static,
 ) -> Changes
 where
@@ -196,29 +213,79 @@ where
         + Sync
         + 'static,
 {
-    use kube::runtime::WatchStreamExt as _;
-
     let mut cache = WatchedCache::new(writer);
-    watcher(api, watcher::Config::default().any_semantic())
-        .backoff(crate::base::retry::WatchBackoff::default())
-        .filter_map(move |event| {
-            let changed = match event {
-                Ok(event) => {
-                    let mut changed = false;
-                    cache.apply(&event, same_version, |_, _| changed = true);
-                    if matches!(event, watcher::Event::InitDone) {
-                        on_listed();
-                    }
-                    changed
-                }
-                Err(error) => {
-                    debug!(%error, watch = "dns", "watch error");
-                    false
-                }
-            };
-            std::future::ready(changed.then_some(()))
-        })
-        .boxed()
+    watch_events(
+        watcher(api, watcher::Config::default().any_semantic()).modify(slim),
+        watch,
+        errors.clone(),
+    )
+    .filter_map(move |event| {
+        let mut changed = false;
+        cache.apply(&event, same, |before, after| {
+            changed |=
+                !matches!((before, after), (Some(before), Some(after)) if same(before, after));
+        });
+        if matches!(event, watcher::Event::InitDone) {
+            on_listed();
+        }
+        std::future::ready(changed.then_some(()))
+    })
+    .boxed()
+}
+
+/// Keeps of an object's metadata what a DNS door's check reads: its name and namespace (a
+/// Service's existence), and its labels (a pod's).
+fn slim_meta<K>(object: &mut PartialObjectMeta<K>) {
+    let metadata = std::mem::take(&mut object.metadata);
+    object.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        labels: metadata.labels,
+        ..ObjectMeta::default()
+    };
+}
+
+fn same_meta<K>(a: &PartialObjectMeta<K>, b: &PartialObjectMeta<K>) -> bool {
+    a.metadata == b.metadata
+}
+
+/// Keeps of an EndpointSlice what a DNS door's check reads: whose Service it is, its
+/// endpoints' addresses, readiness and pods, and its ports.
+fn slim_slice(slice: &mut EndpointSlice) {
+    let metadata = std::mem::take(&mut slice.metadata);
+    let service = metadata
+        .labels
+        .and_then(|mut labels| labels.remove_entry(SERVICE_NAME_LABEL));
+    slice.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        labels: service.map(|label| [label].into()),
+        ..ObjectMeta::default()
+    };
+    for endpoint in slice.endpoints.iter_mut().flatten() {
+        *endpoint = Endpoint {
+            addresses: std::mem::take(&mut endpoint.addresses),
+            conditions: endpoint
+                .conditions
+                .take()
+                .map(|conditions| EndpointConditions {
+                    ready: conditions.ready,
+                    terminating: conditions.terminating,
+                    serving: None,
+                }),
+            target_ref: endpoint.target_ref.take().map(|target| ObjectReference {
+                kind: target.kind,
+                namespace: target.namespace,
+                name: target.name,
+                ..ObjectReference::default()
+            }),
+            ..Endpoint::default()
+        };
+    }
+    for port in slice.ports.iter_mut().flatten() {
+        port.app_protocol = None;
+        port.name = None;
+    }
 }
 
 impl DnsCaches {
@@ -264,44 +331,61 @@ impl DnsCaches {
 }
 
 /// Which watches have completed their first list; says so on a channel (and to
-/// `on_synced`, for the process's health) once all have.
+/// `on_synced`, for the process's health) once all have. Each watch registers itself
+/// ([`ListTracker::watch`]) before any is polled: a new watch needs no place kept for it.
 pub(crate) struct ListTracker {
-    listed: [AtomicBool; Self::WATCHES],
+    listed: Mutex<Vec<bool>>,
     synced: watch::Sender<bool>,
     on_synced: Box<dyn Fn() + Send + Sync>,
 }
 
-impl ListTracker {
-    pub const BASELINES: usize = 0;
-    pub const NAMESPACES: usize = 1;
-    pub const POLICIES: usize = 2;
-    const WATCHES: usize = 3;
+/// One watch of a [`ListTracker`].
+pub(crate) struct ListedWatch {
+    tracker: Arc<ListTracker>,
+    index: usize,
+}
 
+impl ListTracker {
     pub fn new(on_synced: impl Fn() + Send + Sync + 'static) -> (Arc<Self>, watch::Receiver<bool>) {
         let (synced, receiver) = watch::channel(false);
         let tracker = Self {
-            listed: Default::default(),
+            listed: Mutex::default(),
             synced,
             on_synced: Box::new(on_synced),
         };
         (Arc::new(tracker), receiver)
     }
 
-    /// Observes one event of watch `index`, after the reflector applied it.
-    pub fn observe<K>(&self, index: usize, event: &watcher::Event<K>) {
-        if !matches!(event, watcher::Event::InitDone)
-            || self.listed[index].swap(true, Ordering::AcqRel)
-        {
+    /// One more watch whose first list the caches wait for.
+    pub fn watch(self: &Arc<Self>) -> ListedWatch {
+        let mut listed = self.listed.lock().unwrap_or_else(PoisonError::into_inner);
+        listed.push(false);
+        ListedWatch {
+            tracker: self.clone(),
+            index: listed.len() - 1,
+        }
+    }
+}
+
+impl ListedWatch {
+    /// Observes one event of the watch, after its cache took it in.
+    pub fn observe<K>(&self, event: &watcher::Event<K>) {
+        if !matches!(event, watcher::Event::InitDone) {
             return;
         }
-        if self
-            .listed
-            .iter()
-            .all(|listed| listed.load(Ordering::Acquire))
-        {
+        let tracker = &self.tracker;
+        let all = {
+            let mut listed = tracker
+                .listed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let first = !std::mem::replace(&mut listed[self.index], true);
+            first && listed.iter().all(|listed| *listed)
+        };
+        if all {
             info!("caches synced");
-            (self.on_synced)();
-            self.synced.send_replace(true);
+            (tracker.on_synced)();
+            tracker.synced.send_replace(true);
         }
     }
 }
@@ -337,17 +421,16 @@ mod tests {
                 tokio::spawn(async move { caches.synced().await })
             })
             .collect();
+        let [baselines, namespaces, policies] = [(); 3].map(|()| tracker.watch());
         let done = kube::runtime::watcher::Event::<NamespaceBaseline>::InitDone;
-        tracker.observe(ListTracker::BASELINES, &done);
-        tracker.observe(
-            ListTracker::NAMESPACES,
-            &kube::runtime::watcher::Event::<NamespaceBaseline>::Init,
-        );
-        tracker.observe(ListTracker::NAMESPACES, &done);
+        baselines.observe(&done);
+        namespaces.observe(&kube::runtime::watcher::Event::<NamespaceBaseline>::Init);
+        namespaces.observe(&done);
+        baselines.observe(&done);
         tokio::task::yield_now().await;
         assert!(!state.health.caches_synced());
         assert!(waiters.iter().all(|w| !w.is_finished()));
-        tracker.observe(ListTracker::POLICIES, &done);
+        policies.observe(&done);
         for waiter in waiters {
             tokio::time::timeout(Duration::from_secs(1), waiter)
                 .await

@@ -2,7 +2,7 @@
 //! away, all a plan or a trigger reads. The watch is metadata-only; this drops what is left
 //! of an `ObjectMeta` (a 340-byte struct of empty fields), the store key's resourceVersion
 //! and uid, and keeps the labels as one sorted slice instead of a `BTreeMap` (whose first
-//! node takes about 540 bytes whatever it holds: 10 MiB at 20,000 namespaces).
+//! node takes about 540 bytes whatever it holds, for each of many namespaces).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -1,14 +1,16 @@
 //! Which namespaces a reconcile looks at. A watch event on one namespace or on one policy
 //! concerns that namespace only: the reconcile it triggers plans and writes for it alone,
 //! at a cost that does not grow with the cluster. A new or changed baseline, a resync, a
-//! failed reconcile or an `Audit` baseline get the full pass over every namespace.
+//! failed reconcile or an `Audit` baseline get the full pass over every namespace; a reconcile
+//! asked for only to report (a status write answered, a probe verdict without a canary) looks
+//! at none.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::watcher;
 use tokio::time::Instant;
@@ -42,6 +44,8 @@ struct DirtyState {
 struct Pending {
     all: bool,
     namespaces: BTreeSet<String>,
+    /// Asked for only to report: no namespace to look at, unless some are marked.
+    report: bool,
 }
 
 impl Dirty {
@@ -69,6 +73,16 @@ impl Dirty {
         self.marks.fetch_add(1, AtomicOrdering::Release);
     }
 
+    /// The next reconcile of `baseline` is asked for only to report what it finds: it looks at
+    /// the namespaces marked, if any, else at none.
+    pub fn report(&self, baseline: &str) {
+        self.state()
+            .pending
+            .entry(baseline.to_owned())
+            .or_default()
+            .report = true;
+    }
+
     /// The namespaces marked for `baseline`'s next reconcile, when anything was marked since
     /// `seen` (which it then updates); `None` otherwise. They stay marked: a full pass in
     /// flight reads them to put a new namespace's wall ahead of its own writes
@@ -89,9 +103,9 @@ impl Dirty {
         )
     }
 
-    /// What a reconcile of `baseline` starting now looks at: the namespaces marked, or every
-    /// namespace when so marked, when nothing is marked (a resync), or when the last full
-    /// pass is older than `resync`.
+    /// What a reconcile of `baseline` starting now looks at: the namespaces marked (none when
+    /// it was asked for only to report), or every namespace when so marked, when nothing is
+    /// marked (a resync), or when the last full pass is older than `resync`.
     pub fn take(&self, baseline: &str, resync: Duration) -> Scope {
         let mut state = self.state();
         let pending = state.pending.remove(baseline).unwrap_or_default();
@@ -99,12 +113,19 @@ impl Dirty {
             .full
             .get(baseline)
             .is_none_or(|at| at.elapsed() >= resync);
-        if pending.all || pending.namespaces.is_empty() || stale {
+        if pending.all || (pending.namespaces.is_empty() && !pending.report) || stale {
             state.full.insert(baseline.to_owned(), Instant::now());
             Scope::All
         } else {
             Scope::Namespaces(pending.namespaces)
         }
+    }
+
+    /// A baseline gone: its marks and its last full pass with it.
+    pub fn forget(&self, baseline: &str) {
+        let mut state = self.state();
+        state.pending.remove(baseline);
+        state.full.remove(baseline);
     }
 
     /// A reconcile of `baseline` failed: its retry looks at everything again.
@@ -124,7 +145,7 @@ pub struct PolicyIndex {
 }
 
 /// Names in a plain list per namespace: a namespace holds a few policies (the wall and the
-/// team's own), and a set would take ~130 more bytes per namespace (2.6 MB at 20,000).
+/// team's own), and a set would take ~130 more bytes per namespace.
 type ByNamespace = HashMap<Box<str>, Vec<Box<str>>>;
 
 #[derive(Default)]
@@ -133,11 +154,8 @@ struct IndexState {
     relisting: Option<ByNamespace>,
 }
 
-fn key(policy: &NetworkPolicy) -> Option<(&str, &str)> {
-    Some((
-        policy.metadata.namespace.as_deref()?,
-        policy.metadata.name.as_deref()?,
-    ))
+fn key<K: Lookup>(object: &K) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
+    Some((object.namespace()?, object.name()?))
 }
 
 fn insert(by_namespace: &mut ByNamespace, namespace: &str, name: &str) {
@@ -151,7 +169,8 @@ fn insert(by_namespace: &mut ByNamespace, namespace: &str, name: &str) {
 }
 
 impl PolicyIndex {
-    pub fn observe(&self, event: &watcher::Event<NetworkPolicy>) {
+    /// The watch (of any namespaced kind) showed `event`.
+    pub fn observe<K: Lookup>(&self, event: &watcher::Event<K>) {
         let mut state = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         match event {
             watcher::Event::Init => state.relisting = Some(HashMap::new()),
@@ -159,7 +178,7 @@ impl PolicyIndex {
                 if let (Some(relisting), Some((namespace, name))) =
                     (state.relisting.as_mut(), key(policy))
                 {
-                    insert(relisting, namespace, name);
+                    insert(relisting, &namespace, &name);
                 }
             }
             watcher::Event::InitDone => {
@@ -169,16 +188,16 @@ impl PolicyIndex {
             }
             watcher::Event::Apply(policy) => {
                 if let Some((namespace, name)) = key(policy) {
-                    insert(&mut state.by_namespace, namespace, name);
+                    insert(&mut state.by_namespace, &namespace, &name);
                 }
             }
             watcher::Event::Delete(policy) => {
                 if let Some((namespace, name)) = key(policy)
-                    && let Some(names) = state.by_namespace.get_mut(namespace)
+                    && let Some(names) = state.by_namespace.get_mut(namespace.as_ref())
                 {
                     names.retain(|known| known.as_ref() != name);
                     if names.is_empty() {
-                        state.by_namespace.remove(namespace);
+                        state.by_namespace.remove(namespace.as_ref());
                     }
                 }
             }
@@ -201,8 +220,8 @@ impl PolicyIndex {
 /// the cache's size less the namespaces being deleted, which the namespace watch records here
 /// as it takes each change in (a handful, held by name so that a change seen twice counts
 /// once). A baseline's `namespacesLeftOut` is this count less the namespaces it matches
-/// ([`MatchedNamespaces`]): counted over every namespace on each reconcile, it made a repair's
-/// cost grow with the cluster (issue 38).
+/// ([`MatchedNamespaces`]): counted over every namespace on each reconcile, it would make a
+/// repair's cost grow with the cluster.
 #[derive(Clone)]
 pub struct LiveNamespaces {
     cache: Store<CachedNamespace>,
@@ -253,8 +272,8 @@ impl LiveNamespaces {
 
 /// The namespaces each baseline's selector matches, as its last full pass and the scoped
 /// reconciles since saw them: a scoped reconcile updates its own namespaces and reads the
-/// status's count from here, without a scan of every namespace (at 5,000 namespaces that
-/// scan was half the CPU of a repair).
+/// status's count from here, without a scan of every namespace (which would dominate a
+/// repair's cost in a large cluster).
 #[derive(Clone, Default)]
 pub struct MatchedNamespaces {
     by_baseline: Arc<Mutex<HashMap<String, HashSet<Box<str>>>>>,
@@ -302,6 +321,7 @@ impl MatchedNamespaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
     use serde_json::json;
 
     fn policy(namespace: &str, name: &str) -> NetworkPolicy {
@@ -397,14 +417,14 @@ mod tests {
     #[test]
     fn the_index_follows_the_watch_and_its_relists() {
         let index = PolicyIndex::default();
-        index.observe(&watcher::Event::Init);
+        index.observe(&watcher::Event::<NetworkPolicy>::Init);
         index.observe(&watcher::Event::InitApply(policy("a", "p1")));
         index.observe(&watcher::Event::InitApply(policy("a", "p2")));
         assert!(
             index.names_in("a").is_empty(),
             "not before the list is complete"
         );
-        index.observe(&watcher::Event::InitDone);
+        index.observe(&watcher::Event::<NetworkPolicy>::InitDone);
         let mut names = index.names_in("a");
         names.sort();
         assert_eq!(names, ["p1", "p2"]);
@@ -414,10 +434,10 @@ mod tests {
         assert_eq!(index.names_in("a"), ["p2"]);
         assert_eq!(index.names_in("b"), ["p3"]);
         // A relist replaces everything at its end (p2 and p3 are gone).
-        index.observe(&watcher::Event::Init);
+        index.observe(&watcher::Event::<NetworkPolicy>::Init);
         index.observe(&watcher::Event::InitApply(policy("c", "p4")));
         assert_eq!(index.names_in("a"), ["p2"]);
-        index.observe(&watcher::Event::InitDone);
+        index.observe(&watcher::Event::<NetworkPolicy>::InitDone);
         assert!(index.names_in("a").is_empty() && index.names_in("b").is_empty());
         assert_eq!(index.names_in("c"), ["p4"]);
     }

@@ -1,6 +1,7 @@
-//! Which NamespaceBaselines a change of a Namespace, a NetworkPolicy or the DNS namespace's
-//! objects concerns. A change is what a watch's cache took in (`watched_cache.rs`): a live
-//! event, or an object a relist showed new, changed or gone.
+//! Which NamespaceBaselines a change of a Namespace or a NetworkPolicy concerns (the DNS
+//! namespace's changes are checked against the doors: `reconcile/watches.rs`). A change is
+//! what a watch's cache took in (`watched_cache.rs`): a live event, or an object a relist
+//! showed new, changed or gone.
 
 use std::sync::Arc;
 
@@ -160,21 +161,6 @@ pub fn baselines_for_policy(
             label == Some(&baseline_label_value(&baseline_name))
                 || name == deny_all_policy_name(&baseline_name)
                 || name == dns_policy_name(&baseline_name)
-        })
-        .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
-        .collect()
-}
-
-/// The baselines whose DNS door is checked against the DNS namespace's objects: those with
-/// a door whose Service is in `namespace`.
-pub fn baselines_for_dns(
-    namespace: &str,
-    baselines: &[Arc<NamespaceBaseline>],
-) -> Vec<ObjectRef<NamespaceBaseline>> {
-    baselines
-        .iter()
-        .filter(|baseline| {
-            baseline.spec.allow_dns && baseline.spec.dns_target().service_ref().0 == namespace
         })
         .map(|baseline| ObjectRef::from_obj(baseline.as_ref()))
         .collect()
@@ -440,30 +426,5 @@ mod tests {
         assert!(baselines_for_policy(&policy, &baselines(), elsewhere).is_empty());
         // An unknown namespace (not cached yet) concerns nobody.
         assert!(baselines_for_policy(&policy, &baselines(), no_namespaces).is_empty());
-    }
-
-    #[test]
-    fn dns_objects_trigger_the_baselines_whose_door_they_serve() {
-        let mut openshift = NamespaceBaselineSpec::new("os");
-        openshift.dns = Some(
-            serde_json::from_value(serde_json::json!({"service": "openshift-dns/dns-default"}))
-                .unwrap(),
-        );
-        let mut no_door = NamespaceBaselineSpec::new("closed");
-        no_door.allow_dns = false;
-        let all = vec![
-            Arc::new(baseline(
-                "guarded",
-                NamespaceBaselineSpec::new("baseline=guarded"),
-            )),
-            Arc::new(baseline("openshift", openshift)),
-            Arc::new(baseline("closed", no_door)),
-        ];
-        assert_eq!(names(baselines_for_dns("kube-system", &all)), ["guarded"]);
-        assert_eq!(
-            names(baselines_for_dns("openshift-dns", &all)),
-            ["openshift"]
-        );
-        assert!(baselines_for_dns("default", &all).is_empty());
     }
 }

@@ -2,7 +2,8 @@
 //! wrote, the policies it is applying or deleting, and the managed policies the watch showed
 //! someone else delete (until this term re-creates them). Registered where the writes happen
 //! (`reconcile::writes`, `reconcile::controller`), cleared by one [`UnseenWrites::observe`] in
-//! the watches, one lock, one table of lifetimes, one sweep.
+//! the watches: one lock, one expiring map whose keys name the fact and so the kind of object
+//! ([`Fact`]), one table of lifetimes, one sweep.
 //!
 //! - **Statuses.** A reconcile reads a baseline from the watch cache, and the cache can lag the
 //!   reconciler's own status write: the echo of a policy write often triggers the next
@@ -52,13 +53,18 @@ use crate::view::reports::known::{KnownReport, ShownReport};
 pub mod lifetime {
     use std::time::Duration;
 
+    use crate::base::retry::WRITE_BOUNDS;
+
     /// A policy apply not shown by the policy watch by then may be written again (a watch
     /// that lags this much is reconnecting); a report write, likewise.
     pub const APPLY: Duration = Duration::from_secs(10);
-    /// An apply not answered by then has ended without a word (its task gone): longer than
-    /// any write's own budget (the client's 30 s timeout), so an unanswered apply stays
-    /// pending while it can still land.
-    pub const IN_FLIGHT: Duration = Duration::from_secs(60);
+    /// An apply not answered by then has ended without a word (its task gone): twice a
+    /// write's timeout, more than its wait for the gate, its request and a hedge sent late,
+    /// so that an unanswered apply stays pending while it can still land.
+    pub const IN_FLIGHT: Duration = Duration::from_secs(2 * WRITE_BOUNDS.timeout.as_secs());
+    const _: () = assert!(
+        IN_FLIGHT.as_secs() > WRITE_BOUNDS.gate_wait.as_secs() + WRITE_BOUNDS.timeout.as_secs()
+    );
     /// A written status is preferred to the cache's for this long when the cache never shows
     /// the write's resourceVersion (a re-list can skip it): the expectations timeout of
     /// Kubernetes' controllers.
@@ -71,16 +77,106 @@ pub mod lifetime {
 /// How many memories are registered between two sweeps of the expired ones.
 const SWEEP_EVERY: usize = 1024;
 
-/// A table that emptied gives its memory back when it had grown past this many slots: one
+/// The map gives its memory back when it empties after growing past this many slots: one
 /// sized by a burst (an install's 40,000 applies or 20,000 report writes unseen at once) is
 /// not held for the life of the process, and a small one is not reallocated each time it
 /// empties.
 const RELEASE_ABOVE: usize = 1024;
 
-/// Frees `table`'s slots if it is empty and has grown past [`RELEASE_ABOVE`].
-fn release_if_empty<K: Eq + std::hash::Hash, V>(table: &mut HashMap<K, V>) {
-    if table.is_empty() && table.capacity() > RELEASE_ABOVE {
-        table.shrink_to_fit();
+/// What is remembered of an object: the fact names the kind of object it is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Fact {
+    /// A NetworkPolicy this term applies and the watch has not shown yet (since the apply
+    /// went out, or since its answer).
+    Applying,
+    /// An apply of a NetworkPolicy went out and is not answered yet: pending whatever the
+    /// age of `Applying`.
+    ApplyInFlight,
+    /// A NetworkPolicy this term deletes: the next deletion the watch shows is its own.
+    Deleting,
+    /// A managed NetworkPolicy the watch showed someone else delete, not re-created since.
+    DeletedByOthers,
+    /// The status this term last wrote to a NamespaceBaseline (keyed by its uid).
+    StatusWritten,
+    /// An OpenReports Report this term applied or deleted.
+    ReportWritten,
+    /// A request of an apply of a NetworkPolicy that did not give the answer (a hedged
+    /// apply's) runs on and may land late, with the object it carries.
+    LateApply,
+}
+
+impl Fact {
+    const COUNT: usize = 7;
+
+    /// The kind of object the fact is about.
+    fn kind(self) -> &'static str {
+        match self {
+            Self::Applying
+            | Self::ApplyInFlight
+            | Self::Deleting
+            | Self::DeletedByOthers
+            | Self::LateApply => <NetworkPolicy as k8s_openapi::Resource>::KIND,
+            Self::StatusWritten => "NamespaceBaseline",
+            Self::ReportWritten => crate::view::reports::object::KIND,
+        }
+    }
+
+    fn lifetime(self) -> Duration {
+        match self {
+            Self::Applying | Self::ReportWritten => lifetime::APPLY,
+            Self::ApplyInFlight | Self::LateApply => lifetime::IN_FLIGHT,
+            Self::Deleting | Self::DeletedByOthers => lifetime::DELETION,
+            Self::StatusWritten => lifetime::STATUS,
+        }
+    }
+}
+
+/// A fact about one object, of its kind: a policy or report by namespace and name, a
+/// baseline by uid.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    kind: &'static str,
+    fact: Fact,
+    namespace: Box<str>,
+    name: Box<str>,
+}
+
+impl Key {
+    fn new(fact: Fact, namespace: &str, name: &str) -> Self {
+        Self {
+            kind: fact.kind(),
+            fact,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// What is remembered with a fact.
+#[derive(Debug, Clone)]
+enum Remembered {
+    /// Nothing more than the fact.
+    Fact,
+    /// The status written, and the resourceVersion the API server gave it.
+    Status {
+        resource_version: String,
+        status: Option<NamespaceBaselineStatus>,
+    },
+    /// The report written, as the cache would keep it (`None`: deleted).
+    Report(Option<KnownReport>),
+    /// The object a request carries.
+    Policy(Box<NetworkPolicy>),
+}
+
+#[derive(Debug)]
+struct Entry {
+    since: Instant,
+    remembered: Remembered,
+}
+
+impl Entry {
+    fn live(&self, fact: Fact, now: Instant) -> bool {
+        now.duration_since(self.since) < fact.lifetime()
     }
 }
 
@@ -90,62 +186,16 @@ pub struct UnseenWrites {
     inner: Arc<Mutex<Memory>>,
 }
 
-/// What [`UnseenWrites`] holds, opaque outside this module (named by [`Watched`]).
+/// What [`UnseenWrites`] holds, opaque outside this module (named by [`Watched`]): one
+/// expiring map.
 #[derive(Default)]
 pub struct Memory {
-    /// By namespace and name.
-    policies: HashMap<(String, String), PolicyMemory>,
-    /// By baseline uid.
-    statuses: HashMap<String, WrittenStatus>,
-    /// Reports written (`Some`, slimmed) or deleted (`None`), by namespace and name.
-    reports: HashMap<(String, String), WrittenReport>,
+    entries: HashMap<Key, Entry>,
+    /// Entries held by fact (expired ones included until swept): a question about a fact
+    /// nothing holds (asked of every object a reconcile writes) builds no key.
+    held: [usize; Fact::COUNT],
     /// Memories registered since the expired ones were last swept.
     registered: usize,
-}
-
-/// What is remembered of one policy; empty ones are dropped.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct PolicyMemory {
-    /// This term applies it (since then, or since the answer) and the watch has not shown it
-    /// yet.
-    applying: Option<Instant>,
-    /// An apply of it went out then and is not answered yet: pending whatever the age of
-    /// `applying`, up to [`lifetime::IN_FLIGHT`].
-    in_flight: Option<Instant>,
-    /// This term deletes it (since then): the next deletion the watch shows is its own.
-    deleting: Option<Instant>,
-    /// The watch showed someone else delete it (then), and this term has not re-created it.
-    deleted_by_others: Option<Instant>,
-}
-
-impl PolicyMemory {
-    fn expire(&mut self, now: Instant) {
-        let live = |at: &Instant, lifetime: Duration| now.duration_since(*at) < lifetime;
-        self.applying = self.applying.filter(|at| live(at, lifetime::APPLY));
-        self.in_flight = self.in_flight.filter(|at| live(at, lifetime::IN_FLIGHT));
-        self.deleting = self.deleting.filter(|at| live(at, lifetime::DELETION));
-        self.deleted_by_others = self
-            .deleted_by_others
-            .filter(|at| live(at, lifetime::DELETION));
-    }
-
-    fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-}
-
-/// A report this term wrote (`Some`, as the cache would keep it) or deleted (`None`), and
-/// when.
-type WrittenReport = (Option<KnownReport>, Instant);
-
-struct WrittenStatus {
-    resource_version: String,
-    status: Option<NamespaceBaselineStatus>,
-    at: Instant,
-}
-
-fn object_key(namespace: &str, name: &str) -> (String, String) {
-    (namespace.to_owned(), name.to_owned())
 }
 
 impl Memory {
@@ -157,57 +207,63 @@ impl Memory {
         }
         self.registered = 0;
         let now = Instant::now();
-        self.policies.retain(|_, memory| {
-            memory.expire(now);
-            !memory.is_empty()
-        });
-        self.statuses
-            .retain(|_, written| now.duration_since(written.at) < lifetime::STATUS);
-        self.reports
-            .retain(|_, (_, at)| now.duration_since(*at) < lifetime::APPLY);
-        release_if_empty(&mut self.policies);
-        release_if_empty(&mut self.statuses);
-        release_if_empty(&mut self.reports);
+        self.entries.retain(|key, entry| entry.live(key.fact, now));
+        self.held = [0; Fact::COUNT];
+        for key in self.entries.keys() {
+            self.held[key.fact as usize] += 1;
+        }
+        self.release_if_empty();
     }
 
-    fn policy(&mut self, namespace: &str, name: &str) -> &mut PolicyMemory {
-        self.policies
-            .entry(object_key(namespace, name))
-            .or_default()
+    fn release_if_empty(&mut self) {
+        if self.entries.is_empty() && self.entries.capacity() > RELEASE_ABOVE {
+            self.entries.shrink_to_fit();
+        }
     }
 
-    /// Changes the memory of one policy, if there is one, dropping it when it empties.
-    fn update_policy(
-        &mut self,
-        namespace: &str,
-        name: &str,
-        change: impl FnOnce(&mut PolicyMemory),
-    ) {
-        // Asked for every object a reconcile writes: no key built when nothing is remembered.
-        if self.policies.is_empty() {
+    fn remember(&mut self, fact: Fact, namespace: &str, name: &str, remembered: Remembered) {
+        let entry = Entry {
+            since: Instant::now(),
+            remembered,
+        };
+        if self
+            .entries
+            .insert(Key::new(fact, namespace, name), entry)
+            .is_none()
+        {
+            self.held[fact as usize] += 1;
+        }
+    }
+
+    /// The live memory of `fact` about `namespace/name`.
+    fn recall(&self, fact: Fact, namespace: &str, name: &str) -> Option<&Entry> {
+        if self.held[fact as usize] == 0 {
+            return None;
+        }
+        self.entries
+            .get(&Key::new(fact, namespace, name))
+            .filter(|entry| entry.live(fact, Instant::now()))
+    }
+
+    /// Drops the memory of `fact` about `namespace/name`; returns it if it was live.
+    fn forget(&mut self, fact: Fact, namespace: &str, name: &str) -> Option<Entry> {
+        if self.held[fact as usize] == 0 {
+            return None;
+        }
+        let entry = self.entries.remove(&Key::new(fact, namespace, name))?;
+        self.held[fact as usize] -= 1;
+        self.release_if_empty();
+        entry.live(fact, Instant::now()).then_some(entry)
+    }
+
+    /// Restarts the lifetime of `fact` about `namespace/name`, if it is remembered.
+    fn renew(&mut self, fact: Fact, namespace: &str, name: &str) {
+        if self.held[fact as usize] == 0 {
             return;
         }
-        let key = object_key(namespace, name);
-        if let Some(memory) = self.policies.get_mut(&key) {
-            change(memory);
-            if memory.is_empty() {
-                self.policies.remove(&key);
-                release_if_empty(&mut self.policies);
-            }
+        if let Some(entry) = self.entries.get_mut(&Key::new(fact, namespace, name)) {
+            entry.since = Instant::now();
         }
-    }
-
-    fn read_policy(&self, namespace: &str, name: &str) -> PolicyMemory {
-        if self.policies.is_empty() {
-            return PolicyMemory::default();
-        }
-        let mut memory = self
-            .policies
-            .get(&object_key(namespace, name))
-            .copied()
-            .unwrap_or_default();
-        memory.expire(Instant::now());
-        memory
     }
 }
 
@@ -224,18 +280,13 @@ fn policy_shown(policy: &impl PolicyFacts, memory: &mut Memory, deleted: bool) {
         return;
     };
     // Created, changed or deleted: an apply of it is no longer unseen.
-    memory.update_policy(namespace, name, |policy| policy.applying = None);
-    let managed = policy.labels().is_some_and(claims_management);
-    if !deleted || !managed {
+    memory.forget(Fact::Applying, namespace, name);
+    if !deleted || !policy.labels().is_some_and(claims_management) {
         return;
     }
-    let now = Instant::now();
-    let own = memory.read_policy(namespace, name).deleting.is_some();
-    if own {
-        memory.update_policy(namespace, name, |policy| policy.deleting = None);
-    } else {
+    if memory.forget(Fact::Deleting, namespace, name).is_none() {
         memory.registering();
-        memory.policy(namespace, name).deleted_by_others = Some(now);
+        memory.remember(Fact::DeletedByOthers, namespace, name, Remembered::Fact);
     }
 }
 
@@ -256,24 +307,21 @@ impl Watched for NamespaceBaseline {
         let Some(uid) = self.uid() else {
             return;
         };
-        let caught_up = memory.statuses.get(&uid).is_some_and(|written| {
-            self.resource_version().as_deref() == Some(written.resource_version.as_str())
-        });
+        let caught_up = memory
+            .recall(Fact::StatusWritten, "", &uid)
+            .is_some_and(|entry| {
+                matches!(&entry.remembered, Remembered::Status { resource_version, .. }
+                if self.resource_version().as_deref() == Some(resource_version.as_str()))
+            });
         if deleted || caught_up {
-            memory.statuses.remove(&uid);
+            memory.forget(Fact::StatusWritten, "", &uid);
         }
     }
 }
 
 impl Watched for ShownReport {
     fn shown(&self, memory: &mut Memory, _deleted: bool) {
-        if memory.reports.is_empty() {
-            return;
-        }
-        memory
-            .reports
-            .remove(&object_key(&self.namespace, &self.name));
-        release_if_empty(&mut memory.reports);
+        memory.forget(Fact::ReportWritten, &self.namespace, &self.name);
     }
 }
 
@@ -312,53 +360,75 @@ impl UnseenWrites {
     pub fn applying(&self, namespace: &str, name: &str) {
         let mut memory = self.memory();
         memory.registering();
-        let policy = memory.policy(namespace, name);
-        let now = Instant::now();
-        policy.applying = Some(now);
-        policy.in_flight = Some(now);
+        memory.remember(Fact::Applying, namespace, name, Remembered::Fact);
+        memory.remember(Fact::ApplyInFlight, namespace, name, Remembered::Fact);
     }
 
     /// The apply of `namespace/name` was answered: unless the watch has shown it already, it
     /// has [`lifetime::APPLY`] from now to show it (a write that was long in flight, handed
     /// over by its reconcile to the baseline's writer, is not forgotten meanwhile).
     pub fn applied(&self, namespace: &str, name: &str) {
-        self.memory().update_policy(namespace, name, |policy| {
-            policy.in_flight = None;
-            if policy.applying.is_some() {
-                policy.applying = Some(Instant::now());
-            }
-        });
+        let mut memory = self.memory();
+        memory.forget(Fact::ApplyInFlight, namespace, name);
+        memory.renew(Fact::Applying, namespace, name);
     }
 
     /// The apply of `namespace/name` failed: nothing for the watch to show (or nothing known),
     /// and the next plan may write it.
     pub fn apply_failed(&self, namespace: &str, name: &str) {
-        self.memory().update_policy(namespace, name, |policy| {
-            policy.applying = None;
-            policy.in_flight = None;
-        });
+        let mut memory = self.memory();
+        memory.forget(Fact::Applying, namespace, name);
+        memory.forget(Fact::ApplyInFlight, namespace, name);
     }
 
     /// This term re-created `namespace/name` after someone else deleted it: that deletion is
     /// repaired.
     pub fn recreated(&self, namespace: &str, name: &str) {
-        self.memory()
-            .update_policy(namespace, name, |policy| policy.deleted_by_others = None);
+        self.memory().forget(Fact::DeletedByOthers, namespace, name);
     }
 
     /// This term is about to delete `namespace/name` itself.
     pub fn deleting(&self, namespace: &str, name: &str) {
         let mut memory = self.memory();
         memory.registering();
-        memory.policy(namespace, name).deleting = Some(Instant::now());
+        memory.remember(Fact::Deleting, namespace, name, Remembered::Fact);
+    }
+
+    /// A request of the apply of `sent` that did not give the answer runs on and may land
+    /// late: until [`UnseenWrites::late_apply_ended`], no other object is written in its
+    /// place, so that it never lands over a newer one (to be read as drift).
+    pub fn late_apply(&self, sent: &NetworkPolicy) {
+        let (Some(namespace), Some(name)) = (&sent.metadata.namespace, &sent.metadata.name) else {
+            return;
+        };
+        let mut memory = self.memory();
+        memory.registering();
+        let sent = Remembered::Policy(Box::new(sent.clone()));
+        memory.remember(Fact::LateApply, namespace, name, sent);
+    }
+
+    /// Nothing of the late request of `namespace/name` can land any more.
+    pub fn late_apply_ended(&self, namespace: &str, name: &str) {
+        self.memory().forget(Fact::LateApply, namespace, name);
+    }
+
+    /// Whether a request that may still land carries another object than `planned`.
+    pub fn late_apply_differs(&self, planned: &NetworkPolicy) -> bool {
+        let (Some(namespace), Some(name)) = (&planned.metadata.namespace, &planned.metadata.name)
+        else {
+            return false;
+        };
+        matches!(
+            self.memory().recall(Fact::LateApply, namespace, name),
+            Some(Entry { remembered: Remembered::Policy(sent), .. }) if **sent != *planned
+        )
     }
 
     /// Whether the watch showed someone else delete `namespace/name` (and this term has not
     /// re-created it since).
     pub fn deleted_by_others(&self, namespace: &str, name: &str) -> bool {
         self.memory()
-            .read_policy(namespace, name)
-            .deleted_by_others
+            .recall(Fact::DeletedByOthers, namespace, name)
             .is_some()
     }
 
@@ -366,20 +436,19 @@ impl UnseenWrites {
     /// the cache: an apply not in the snapshot is in what it reads.
     pub fn snapshot(&self) -> PendingWrites {
         let memory = self.memory();
+        if memory.held[Fact::Applying as usize] + memory.held[Fact::ApplyInFlight as usize] == 0 {
+            return PendingWrites::default();
+        }
         let now = Instant::now();
         PendingWrites(
             memory
-                .policies
+                .entries
                 .iter()
-                .filter(|(_, policy)| {
-                    policy
-                        .in_flight
-                        .is_some_and(|at| now.duration_since(at) < lifetime::IN_FLIGHT)
-                        || policy
-                            .applying
-                            .is_some_and(|at| now.duration_since(at) < lifetime::APPLY)
+                .filter(|(key, entry)| {
+                    matches!(key.fact, Fact::Applying | Fact::ApplyInFlight)
+                        && entry.live(key.fact, now)
                 })
-                .map(|(key, _)| key.clone())
+                .map(|(key, _)| (key.namespace.to_string(), key.name.to_string()))
                 .collect(),
         )
     }
@@ -393,15 +462,23 @@ impl UnseenWrites {
             return cached.status.clone();
         };
         let mut memory = self.memory();
-        let Some(written) = memory.statuses.get(&uid) else {
-            return cached.status.clone();
+        let written = match memory.recall(Fact::StatusWritten, "", &uid) {
+            Some(Entry {
+                remembered:
+                    Remembered::Status {
+                        resource_version,
+                        status,
+                    },
+                ..
+            }) if cached.resource_version().as_deref() != Some(resource_version.as_str()) => {
+                return status.clone();
+            }
+            written => written.is_some(),
         };
-        let caught_up = cached.resource_version().as_deref() == Some(&written.resource_version);
-        if caught_up || written.at.elapsed() >= lifetime::STATUS {
-            memory.statuses.remove(&uid);
-            return cached.status.clone();
+        if written {
+            memory.forget(Fact::StatusWritten, "", &uid);
         }
-        written.status.clone()
+        cached.status.clone()
     }
 
     /// `written` is what the API server answered to a status write for `baseline`.
@@ -412,14 +489,11 @@ impl UnseenWrites {
         };
         let mut memory = self.memory();
         memory.registering();
-        memory.statuses.insert(
-            uid,
-            WrittenStatus {
-                resource_version,
-                status: written.status,
-                at: Instant::now(),
-            },
-        );
+        let status = Remembered::Status {
+            resource_version,
+            status: written.status,
+        };
+        memory.remember(Fact::StatusWritten, "", &uid, status);
     }
 
     // --- Reports ---
@@ -429,34 +503,40 @@ impl UnseenWrites {
     pub fn report_written(&self, namespace: &str, name: &str, report: Option<KnownReport>) {
         let mut memory = self.memory();
         memory.registering();
-        memory
-            .reports
-            .insert(object_key(namespace, name), (report, Instant::now()));
+        memory.remember(
+            Fact::ReportWritten,
+            namespace,
+            name,
+            Remembered::Report(report),
+        );
     }
 
     /// What this term last wrote to the report `namespace/name` and the watch has not shown
     /// yet: `Some(None)` a deletion, `None` nothing unseen (the cache knows).
     pub fn report(&self, namespace: &str, name: &str) -> Option<Option<KnownReport>> {
-        let memory = self.memory();
-        if memory.reports.is_empty() {
-            return None;
+        match self.memory().recall(Fact::ReportWritten, namespace, name) {
+            Some(Entry {
+                remembered: Remembered::Report(report),
+                ..
+            }) => Some(report.clone()),
+            _ => None,
         }
-        memory
-            .reports
-            .get(&object_key(namespace, name))
-            .filter(|(_, at)| at.elapsed() < lifetime::APPLY)
-            .map(|(report, _)| report.clone())
     }
 
     /// The reports' CRDs came or went: nothing written before is compared with.
     pub fn forget_reports(&self) {
-        self.memory().reports.clear();
+        let mut memory = self.memory();
+        memory
+            .entries
+            .retain(|key, _| key.fact != Fact::ReportWritten);
+        memory.held[Fact::ReportWritten as usize] = 0;
+        memory.release_if_empty();
     }
 
     /// A baseline gone (its finalizer removed, or deleted without one).
     pub fn forget(&self, baseline: &NamespaceBaseline) {
         if let Some(uid) = baseline.uid() {
-            self.memory().statuses.remove(&uid);
+            self.memory().forget(Fact::StatusWritten, "", &uid);
         }
     }
 }
@@ -467,7 +547,7 @@ pub struct PendingWrites(HashSet<(String, String)>);
 
 impl PendingWrites {
     pub fn contains(&self, namespace: &str, name: &str) -> bool {
-        !self.0.is_empty() && self.0.contains(&object_key(namespace, name))
+        !self.0.is_empty() && self.0.contains(&(namespace.to_owned(), name.to_owned()))
     }
 }
 
@@ -604,19 +684,19 @@ mod tests {
             unseen.applying(namespace, "deny");
             unseen.applied(namespace, "deny");
         }
-        assert!(unseen.memory().policies.capacity() >= burst.len());
+        assert!(unseen.memory().entries.capacity() >= burst.len());
         for namespace in &burst[..burst.len() - 1] {
             unseen.observe(&apply(namespace, "deny"));
         }
         // One left: the table keeps its slots while it holds anything.
-        assert!(unseen.memory().policies.capacity() >= burst.len());
+        assert!(unseen.memory().entries.capacity() >= burst.len());
         unseen.observe(&apply(&burst[burst.len() - 1], "deny"));
-        assert_eq!(unseen.memory().policies.capacity(), 0);
+        assert_eq!(unseen.memory().entries.capacity(), 0);
         // A small table that empties keeps its few slots.
         unseen.applying("team-a", "deny");
         unseen.applied("team-a", "deny");
         unseen.observe(&apply("team-a", "deny"));
-        assert!(unseen.memory().policies.capacity() > 0);
+        assert!(unseen.memory().entries.capacity() > 0);
     }
 
     /// Whatever the watch shows of a policy being applied (its creation, a change, a re-list,
@@ -756,18 +836,19 @@ mod tests {
         // The sweep ran at the 1,024th registration: the applies expired since stay until
         // the next one.
         let memory = unseen.memory();
-        assert_eq!(memory.statuses.len(), 0);
-        assert!(!memory.policies.contains_key(&object_key("team-a", "gone")));
-        assert!(
-            !memory
-                .policies
-                .contains_key(&object_key("team-a", "pruned"))
-        );
-        assert!(memory.policies.contains_key(&object_key("team-b", "live")));
+        let holds = |fact, namespace, name| {
+            memory
+                .entries
+                .contains_key(&Key::new(fact, namespace, name))
+        };
+        assert!(!holds(Fact::StatusWritten, "", "uid-1"));
+        assert!(!holds(Fact::DeletedByOthers, "team-a", "gone"));
+        assert!(!holds(Fact::Deleting, "team-a", "pruned"));
+        assert!(holds(Fact::Deleting, "team-b", "live"));
         assert_eq!(
-            memory.policies.len(),
-            1 + SWEEP_EVERY,
-            "the live deletion, the applies"
+            memory.entries.len(),
+            1 + 2 * SWEEP_EVERY,
+            "the live deletion, the applies (each in flight too)"
         );
     }
 

@@ -1,12 +1,11 @@
 //! A watch's cache, fed the watch's events, telling what each event changed in it: the one
 //! place that knows how kube's reflector store takes a relist in.
 //!
-//! Why this exists (issue 38): kube's store (`reflector::store::Writer`) buffers the objects
-//! of a relist (`InitApply`) and swaps them in only at `InitDone`. The watches used to trigger
-//! on each `InitApply` as it arrived, so the reconciles they started read the store from
-//! before the watch's gap; `InitDone` triggered nothing; and an object deleted while the watch
-//! was down sends no event at all. A wall deleted during a gap stayed open until an unrelated
-//! trigger or the resync. Here a relist changes nothing until it is complete; at `InitDone`
+//! Why: kube's store (`reflector::store::Writer`) buffers the objects of a relist
+//! (`InitApply`) and swaps them in only at `InitDone`, so a reconcile triggered by an
+//! `InitApply` would read the store from before the watch's gap; and an object deleted while
+//! the watch was down sends no event at all, so a wall deleted during a gap would stay open
+//! until an unrelated trigger or the resync. Here a relist changes nothing until it is complete; at `InitDone`
 //! the store before and after the swap are compared, and each object that appeared, changed
 //! or went away is reported as the live event that would have told of it.
 

@@ -20,7 +20,7 @@ use namespace_baseline_cluster_tests::{
     Cluster, read_yaml_documents, reconciler_username, wait_until,
 };
 use namespace_baseline_core::report::{Outcome, RULE_HOLE, RULE_WALL, Severity};
-use namespace_baseline_reconciler::view::reports::Report;
+use namespace_baseline_reconciler::view::reports::OpenReport as Report;
 use namespace_baseline_reconciler::view::reports::object::report_name;
 use serde_json::json;
 

@@ -124,8 +124,8 @@ async fn s9_apiserver_partition_and_restart_are_survived() {
             report.cut_connections, report.refused_connections, status
         ),
     );
-    // Each watch retries at most every 5 s (WatchBackoff::CAP), and no shared pause holds
-    // them back (NoTriggerBackoff): the repair follows the heal within seconds.
+    // Each watch retries at most every 5 s (WatchBackoff::CAP), each on its own: the repair
+    // follows the heal within seconds.
     assert!(
         repaired <= RECONNECT_BOUND,
         "repaired {repaired:?} after the partition healed"

@@ -18,7 +18,7 @@ pub mod report;
 
 pub use input::{PlanInput, from_cluster, from_manifests};
 pub use render::render_text;
-pub use report::{EXIT_ERROR, EXIT_NO_CHANGES, EXIT_PENDING, JSON_VERSION, Report, plan};
+pub use report::{EXIT_ERROR, EXIT_NO_CHANGES, EXIT_PENDING, JSON_VERSION, PrintedPlan, plan};
 
 /// Runs `plan`: gathers the input, decides, prints; the exit code.
 pub async fn main(options: &PlanOptions) -> Result<ExitCode> {

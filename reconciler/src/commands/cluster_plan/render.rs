@@ -6,7 +6,7 @@ use namespace_baseline_core::identity::deny_all_policy_name;
 use namespace_baseline_core::spec::{DeletionPolicy, Mode};
 
 use crate::commands::cluster_plan::input::Source;
-use crate::commands::cluster_plan::report::{Action, BaselineReport, Report};
+use crate::commands::cluster_plan::report::{Action, BaselineReport, PrintedPlan};
 
 /// Namespaces listed by name in the text output before "and N more".
 const TEXT_NAMESPACES: usize = 50;
@@ -107,7 +107,7 @@ fn pods_wait_line(baseline: &BaselineReport) -> Option<String> {
 }
 
 /// The plan for people.
-pub fn render_text(report: &Report) -> String {
+pub fn render_text(report: &PrintedPlan) -> String {
     let mut out = String::new();
     for baseline in &report.baselines {
         let _ = writeln!(

@@ -27,7 +27,7 @@ pub const JSON_VERSION: u32 = 1;
 
 /// The plan: for each baseline, the reconcile's decision ([`decide`]) over
 /// `input`, described.
-pub fn plan(input: &PlanInput) -> Report {
+pub fn plan(input: &PlanInput) -> PrintedPlan {
     let baselines: Vec<BaselineReport> = input
         .baselines
         .iter()
@@ -53,7 +53,7 @@ pub fn plan(input: &PlanInput) -> Report {
         summary.ungated += baseline.pods_ungated.len();
         summary.invalid += usize::from(baseline.invalid.is_some());
     }
-    Report {
+    PrintedPlan {
         version: JSON_VERSION,
         source: input.source,
         pending: summary.create + summary.update + summary.delete > 0,
@@ -198,7 +198,7 @@ fn explain(
 /// The plan, as printed (`--output json` is this, serialized).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Report {
+pub struct PrintedPlan {
     /// [`JSON_VERSION`].
     pub version: u32,
     pub source: Source,
@@ -209,7 +209,7 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-impl Report {
+impl PrintedPlan {
     pub fn exit_code(&self) -> u8 {
         if self.summary.invalid > 0 {
             EXIT_ERROR

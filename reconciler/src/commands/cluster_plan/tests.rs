@@ -30,7 +30,7 @@ fn options(baselines: &[&str], manifests: Option<&str>) -> PlanOptions {
     }
 }
 
-fn plan_of(baselines: &[&str], manifests: &str) -> Report {
+fn plan_of(baselines: &[&str], manifests: &str) -> PrintedPlan {
     plan(&from_manifests(&options(baselines, Some(manifests))).expect("readable fixtures"))
 }
 
@@ -53,7 +53,7 @@ fn changes(items: &[ChangeItem]) -> Vec<(Action, String, Vec<String>)> {
         .collect()
 }
 
-fn baseline<'r>(report: &'r Report, name: &str) -> &'r BaselineReport {
+fn baseline<'r>(report: &'r PrintedPlan, name: &str) -> &'r BaselineReport {
     report
         .baselines
         .iter()
@@ -378,7 +378,7 @@ fn a_document_that_is_not_an_object_is_an_error() {
 }
 
 /// The first baseline's holes as `namespace: hole`.
-fn hole_lines(report: &Report) -> Vec<String> {
+fn hole_lines(report: &PrintedPlan) -> Vec<String> {
     report.baselines[0]
         .holes
         .iter()

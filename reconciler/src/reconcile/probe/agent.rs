@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use super::report::{Connect, Outcome, Report, Resolve};
+use super::report::{Connect, ConnectResult, PodFindings, Resolve};
 
 /// `probe`: the flags the reconciler gives each probe pod.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -52,7 +52,7 @@ pub struct ProbeArgs {
 /// Runs the probe and writes its report; fails only when the report cannot be written.
 pub async fn run(args: &ProbeArgs) -> std::io::Result<()> {
     let started = Instant::now();
-    let mut report = Report::default();
+    let mut report = PodFindings::default();
     let accepted = Arc::new(Mutex::new(Vec::new()));
     let listener = match args.listen_port {
         Some(port) => match TcpListener::bind(("0.0.0.0", port)).await {
@@ -107,9 +107,9 @@ async fn accept(listener: TcpListener, accepted: Arc<Mutex<Vec<String>>>) {
 async fn connect(target: &str, timeout: Duration) -> Connect {
     let started = Instant::now();
     let (outcome, detail) = match tokio::time::timeout(timeout, TcpStream::connect(target)).await {
-        Ok(Ok(_)) => (Outcome::Connected, String::new()),
+        Ok(Ok(_)) => (ConnectResult::Connected, String::new()),
         Ok(Err(error)) => (classify(&error), error.to_string()),
-        Err(_) => (Outcome::Timeout, format!("no answer in {timeout:?}")),
+        Err(_) => (ConnectResult::Timeout, format!("no answer in {timeout:?}")),
     };
     Connect {
         target: target.to_owned(),
@@ -119,12 +119,12 @@ async fn connect(target: &str, timeout: Duration) -> Connect {
     }
 }
 
-fn classify(error: &std::io::Error) -> Outcome {
+fn classify(error: &std::io::Error) -> ConnectResult {
     match error.kind() {
-        ErrorKind::ConnectionRefused => Outcome::Refused,
-        ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => Outcome::Unreachable,
-        ErrorKind::TimedOut => Outcome::Timeout,
-        _ => Outcome::Error,
+        ErrorKind::ConnectionRefused => ConnectResult::Refused,
+        ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => ConnectResult::Unreachable,
+        ErrorKind::TimedOut => ConnectResult::Timeout,
+        _ => ConnectResult::Error,
     }
 }
 
@@ -186,14 +186,14 @@ mod tests {
         let mut args = args(file.clone());
         args.connect = vec![open_address.clone(), closed_address.clone()];
         run(&args).await.unwrap();
-        let report = Report::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let report = PodFindings::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!(
             report.connect_to(&open_address).unwrap().outcome,
-            Outcome::Connected
+            ConnectResult::Connected
         );
         assert_eq!(
             report.connect_to(&closed_address).unwrap().outcome,
-            Outcome::Refused
+            ConnectResult::Refused
         );
         assert_eq!(report.listening, None);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -226,7 +226,7 @@ mod tests {
         assert!(connected, "the probe's listener never answered");
         probe.await.unwrap().unwrap();
         assert!(started.elapsed() >= Duration::from_millis(800));
-        let report = Report::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let report = PodFindings::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!(report.listening, Some(port));
         assert_eq!(report.accepted.len(), 1, "{report:?}");
         std::fs::remove_dir_all(&dir).unwrap();

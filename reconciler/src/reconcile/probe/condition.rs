@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::base::probe_metrics::CONDITIONS;
 use crate::reconcile::context::Context;
 use crate::reconcile::state::State;
-use crate::reconcile::status::Report;
+use crate::reconcile::status::Findings;
 use crate::reconcile::writes::publish;
 
 pub const ENFORCED: &str = "Enforced";
@@ -31,7 +31,7 @@ pub fn set(
     desired: &mut NamespaceBaselineStatus,
     previous: Option<&NamespaceBaselineStatus>,
     baseline: &NamespaceBaseline,
-    report: &Report,
+    report: &Findings,
     state: &State,
     now: &Time,
 ) -> Option<Change> {
@@ -154,7 +154,7 @@ pub async fn announce(ctx: &Context, baseline: &NamespaceBaseline, change: Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::probe::results::Outcome;
+    use crate::reconcile::probe::results::LastRound;
     use crate::reconcile::probe::verdict::Verdict;
     use k8s_openapi::jiff::Timestamp;
     use namespace_baseline_core::NamespaceBaselineSpec;
@@ -165,8 +165,8 @@ mod tests {
         Time(Timestamp::from_second(seconds).unwrap())
     }
 
-    fn report(mode: Mode) -> Report {
-        Report {
+    fn report(mode: Mode) -> Findings {
+        Findings {
             generation: Some(1),
             mode,
             namespaces: 1,
@@ -254,7 +254,7 @@ mod tests {
         assert_eq!(enforced(&first).reason, "NotProbedYet");
         state.probes.record(
             "team",
-            Outcome {
+            LastRound {
                 verdict: Verdict::NotEnforced {
                     directions: Vec::new(),
                     message: "ingress: through".to_owned(),
@@ -293,7 +293,7 @@ mod tests {
     fn an_installed_or_repaired_wall_asks_for_a_round() {
         let state = State::new(Arc::new(LeaderGate::always()));
         state.probes.enable();
-        let repaired = Report {
+        let repaired = Findings {
             drift_repairs: 1,
             ..report(Mode::Enforce)
         };

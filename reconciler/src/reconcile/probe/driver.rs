@@ -28,6 +28,7 @@ use kube::{Client, ResourceExt};
 use namespace_baseline_core::facts::NamespaceFacts;
 use namespace_baseline_core::identity::{deny_all_policy_name, dns_policy_name};
 use namespace_baseline_core::spec::{Mode, NamespaceBaseline};
+use namespace_baseline_leader::TermId;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -35,8 +36,8 @@ use tracing::{debug, info, warn};
 use super::agent::ProbeArgs;
 use super::options::ProbeOptions;
 use super::pods::{CANARY_FOR_LABEL, Image, PORT, PROBE_FOR_LABEL, Role, pod};
-use super::report::Report;
-use super::results::Outcome;
+use super::report::PodFindings;
+use super::results::LastRound;
 use super::verdict::{Observed, Verdict, decide};
 use crate::reconcile::state::State;
 use crate::view::caches::Caches;
@@ -86,6 +87,7 @@ pub fn start(
     let driver = Driver {
         client,
         options,
+        term: state.leader.current_term(),
         state,
         baselines,
         caches,
@@ -107,6 +109,8 @@ struct Driver {
     baselines: Store<NamespaceBaseline>,
     caches: Caches,
     triggers: mpsc::UnboundedSender<ObjectRef<NamespaceBaseline>>,
+    /// The leadership term the probe runs for: its writes are refused once it ends.
+    term: TermId,
 }
 
 /// When each baseline is due again, and the generation it was last probed at.
@@ -218,17 +222,18 @@ impl Driver {
             .is_none_or(|last| last.verdict.condition() != verdict.condition());
         self.state.probes.record(
             &name,
-            Outcome {
+            LastRound {
                 verdict,
                 at: now(),
                 generation: baseline.metadata.generation,
             },
         );
         match &canary {
-            Ok(_) if changed => self.caches.dirty.all(&name),
-            // The reconcile this triggers looks at the canary namespace only (scope.rs).
+            _ if changed => self.caches.dirty.all(&name),
+            // The reconcile this triggers looks at the canary namespace only (scope.rs), or,
+            // without one, at none: it reports the verdict in the status.
             Ok(canary) => self.caches.dirty.namespace(&name, canary),
-            Err(_) => {}
+            Err(_) => self.caches.dirty.report(&name),
         }
         let _ = self.triggers.unbounded_send(ObjectRef::from_obj(baseline));
         ran
@@ -393,7 +398,10 @@ impl Driver {
         self.state.metrics.probe.api_request();
         let created = self
             .state
-            .write(api.create(&PostParams::default(), &pod(baseline, role, &image, args)))
+            .write(
+                self.term,
+                api.create(&PostParams::default(), &pod(baseline, role, &image, args)),
+            )
             .await
             .map_err(|error| {
                 failed(format!(
@@ -471,7 +479,7 @@ impl Driver {
         name: &str,
         window: Duration,
         cost: &mut Cost,
-    ) -> Result<Report, Verdict> {
+    ) -> Result<PodFindings, Verdict> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let deadline = Instant::now() + window + Duration::from_secs(30);
         loop {
@@ -485,7 +493,7 @@ impl Driver {
                 .and_then(|s| s.terminated.clone());
             if let Some(terminated) = terminated {
                 let message = terminated.message.unwrap_or_default();
-                return Report::parse(&message).map_err(|error| {
+                return PodFindings::parse(&message).map_err(|error| {
                     failed(format!(
                         "the probe pod {namespace}/{name} ended ({}, exit code {}) without its report: {error}",
                         terminated.reason.unwrap_or_default(),
@@ -524,7 +532,10 @@ impl Driver {
                 self.state.metrics.probe.api_request();
                 let deleted = self
                     .state
-                    .write(api.delete(&pod.name_any(), &DeleteParams::default()))
+                    .write(
+                        self.term,
+                        api.delete(&pod.name_any(), &DeleteParams::default()),
+                    )
                     .await;
                 if !matches!(deleted, Ok(Ok(_))) {
                     debug!(%baseline, %namespace, pod = %pod.name_any(), "probe pod not deleted");

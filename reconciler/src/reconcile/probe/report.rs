@@ -9,7 +9,7 @@ pub const MAX_REPORT: usize = 4096;
 
 /// One probe pod's findings.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Report {
+pub struct PodFindings {
     /// The TCP port it listened on, `None` when it was not asked to (or could not bind:
     /// then `error` says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,7 +36,7 @@ pub struct Report {
 /// How a TCP connection attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Outcome {
+pub enum ConnectResult {
     /// The handshake completed: the packets went through.
     Connected,
     /// A reset or an ICMP port unreachable: something answered no.
@@ -49,7 +49,7 @@ pub enum Outcome {
     Error,
 }
 
-impl Outcome {
+impl ConnectResult {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Connected => "connected",
@@ -65,7 +65,7 @@ impl Outcome {
 pub struct Connect {
     /// `IP:port`.
     pub target: String,
-    pub outcome: Outcome,
+    pub outcome: ConnectResult,
     pub ms: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
@@ -89,7 +89,7 @@ impl Resolve {
     }
 }
 
-impl Report {
+impl PodFindings {
     /// The attempt to `target`, if made.
     pub fn connect_to(&self, target: &str) -> Option<&Connect> {
         self.connects.iter().find(|c| c.target == target)
@@ -125,12 +125,12 @@ mod tests {
 
     #[test]
     fn a_report_round_trips_through_its_message() {
-        let report = Report {
+        let report = PodFindings {
             listening: Some(9797),
             accepted: vec!["10.0.0.5:41000".into()],
             connects: vec![Connect {
                 target: "10.0.0.6:9797".into(),
-                outcome: Outcome::Refused,
+                outcome: ConnectResult::Refused,
                 ms: 3,
                 detail: String::new(),
             }],
@@ -144,23 +144,23 @@ mod tests {
             cpu_ms: Some(2),
             max_rss_kib: Some(3000),
         };
-        assert_eq!(Report::parse(&report.to_message()), Ok(report));
+        assert_eq!(PodFindings::parse(&report.to_message()), Ok(report));
     }
 
     #[test]
     fn a_long_report_is_cut_to_what_the_kubelet_keeps() {
-        let report = Report {
+        let report = PodFindings {
             accepted: (0..1000).map(|i| format!("10.0.{i}.1:40000")).collect(),
-            ..Report::default()
+            ..PodFindings::default()
         };
         let message = report.to_message();
         assert!(message.len() <= MAX_REPORT, "{}", message.len());
-        assert!(!Report::parse(&message).unwrap().accepted.is_empty());
+        assert!(!PodFindings::parse(&message).unwrap().accepted.is_empty());
     }
 
     #[test]
     fn anything_else_is_an_error_naming_it() {
-        let error = Report::parse("thread 'main' panicked").unwrap_err();
+        let error = PodFindings::parse("thread 'main' panicked").unwrap_err();
         assert!(error.contains("not a probe report"), "{error}");
         assert!(error.contains("panicked"), "{error}");
     }

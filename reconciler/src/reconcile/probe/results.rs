@@ -14,7 +14,7 @@ use super::verdict::Verdict;
 
 /// One baseline's last round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct LastRound {
     pub verdict: Verdict,
     /// When the round ended.
     pub at: Time,
@@ -26,7 +26,7 @@ pub struct Outcome {
 pub struct Results {
     enabled: AtomicBool,
     options: Mutex<Option<ProbeOptions>>,
-    last: Mutex<HashMap<String, Outcome>>,
+    last: Mutex<HashMap<String, LastRound>>,
     requested: Mutex<BTreeSet<String>>,
     wake: Notify,
 }
@@ -55,11 +55,11 @@ impl Results {
         self.enabled.load(Ordering::Acquire)
     }
 
-    pub fn record(&self, baseline: &str, outcome: Outcome) {
+    pub fn record(&self, baseline: &str, outcome: LastRound) {
         self.lock_last().insert(baseline.to_owned(), outcome);
     }
 
-    pub fn last(&self, baseline: &str) -> Option<Outcome> {
+    pub fn last(&self, baseline: &str) -> Option<LastRound> {
         self.lock_last().get(baseline).cloned()
     }
 
@@ -92,7 +92,7 @@ impl Results {
         self.wake.notified().await;
     }
 
-    fn lock_last(&self) -> std::sync::MutexGuard<'_, HashMap<String, Outcome>> {
+    fn lock_last(&self) -> std::sync::MutexGuard<'_, HashMap<String, LastRound>> {
         self.last.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -7,7 +7,7 @@
 //! namespace that connects to the canary (ingress across the wall) and to the control
 //! listener (the positive control), and resolves the same name (the DNS control).
 
-use super::report::{Outcome, Report};
+use super::report::{ConnectResult, PodFindings};
 
 /// A direction across the wall, as seen from the canary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,9 +66,9 @@ pub struct Observed<'a> {
     /// `IP:port` of the control listener and of the canary's listener.
     pub control_target: &'a str,
     pub canary_target: &'a str,
-    pub control_listener: &'a Report,
-    pub canary: &'a Report,
-    pub control_client: &'a Report,
+    pub control_listener: &'a PodFindings,
+    pub canary: &'a PodFindings,
+    pub control_client: &'a PodFindings,
     /// Both listeners were still running when the control client had finished: its
     /// attempts met listening sockets.
     pub listeners_up_during_client: bool,
@@ -90,10 +90,10 @@ pub fn decide(seen: &Observed<'_>) -> Verdict {
         );
     };
     let mut directions = Vec::new();
-    if canary_in.outcome == Outcome::Connected || !seen.canary.accepted.is_empty() {
+    if canary_in.outcome == ConnectResult::Connected || !seen.canary.accepted.is_empty() {
         directions.push(Direction::Ingress);
     }
-    if canary_out.outcome == Outcome::Connected {
+    if canary_out.outcome == ConnectResult::Connected {
         directions.push(Direction::Egress);
     }
     if !directions.is_empty() {
@@ -124,7 +124,7 @@ pub fn decide(seen: &Observed<'_>) -> Verdict {
     {
         return unknown("ProbeFailed", format!("a probe pod failed: {error}"));
     }
-    if control.outcome != Outcome::Connected || seen.control_listener.accepted.is_empty() {
+    if control.outcome != ConnectResult::Connected || seen.control_listener.accepted.is_empty() {
         return unknown(
             "ControlFailed",
             format!(
@@ -199,7 +199,7 @@ mod tests {
     const CONTROL: &str = "10.1.0.2:9797";
     const CANARY: &str = "10.1.0.3:9797";
 
-    fn connect(target: &str, outcome: Outcome) -> Connect {
+    fn connect(target: &str, outcome: ConnectResult) -> Connect {
         Connect {
             target: target.to_owned(),
             outcome,
@@ -226,9 +226,9 @@ mod tests {
     }
 
     struct Round {
-        listener: Report,
-        canary: Report,
-        client: Report,
+        listener: PodFindings,
+        canary: PodFindings,
+        client: PodFindings,
         up: bool,
         allow_dns: bool,
     }
@@ -236,24 +236,24 @@ mod tests {
     /// An enforcing cluster: both directions refused, DNS through the door, controls pass.
     fn enforcing() -> Round {
         Round {
-            listener: Report {
+            listener: PodFindings {
                 listening: Some(9797),
                 accepted: vec!["10.1.0.4:40000".to_owned()],
-                ..Report::default()
+                ..PodFindings::default()
             },
-            canary: Report {
+            canary: PodFindings {
                 listening: Some(9797),
-                connects: vec![connect(CONTROL, Outcome::Refused)],
+                connects: vec![connect(CONTROL, ConnectResult::Refused)],
                 resolve: resolve(true),
-                ..Report::default()
+                ..PodFindings::default()
             },
-            client: Report {
+            client: PodFindings {
                 connects: vec![
-                    connect(CANARY, Outcome::Timeout),
-                    connect(CONTROL, Outcome::Connected),
+                    connect(CANARY, ConnectResult::Timeout),
+                    connect(CONTROL, ConnectResult::Connected),
                 ],
                 resolve: resolve(true),
-                ..Report::default()
+                ..PodFindings::default()
             },
             up: true,
             allow_dns: true,
@@ -290,12 +290,12 @@ mod tests {
     #[test]
     fn a_packet_through_either_way_is_not_enforced_naming_the_direction() {
         let mut round = enforcing();
-        round.client.connects[0].outcome = Outcome::Connected;
+        round.client.connects[0].outcome = ConnectResult::Connected;
         assert!(matches!(
             decide_round(&round),
             Verdict::NotEnforced { directions, .. } if directions == [Direction::Ingress]
         ));
-        round.canary.connects[0].outcome = Outcome::Connected;
+        round.canary.connects[0].outcome = ConnectResult::Connected;
         let verdict = decide_round(&round);
         let Verdict::NotEnforced {
             directions,
@@ -316,7 +316,7 @@ mod tests {
     #[test]
     fn a_failed_positive_control_is_unknown_never_a_wall() {
         let mut round = enforcing();
-        round.client.connects[1].outcome = Outcome::Timeout;
+        round.client.connects[1].outcome = ConnectResult::Timeout;
         assert_eq!(decide_round(&round).condition().1, "ControlFailed");
         let mut round = enforcing();
         round.listener.accepted.clear();

@@ -1,11 +1,10 @@
 //! The cache of our reports: for each, where it is (its name, then its namespace) and what is
 //! known of it ([`KnownReport`]: whose it is and a fingerprint of what it says), nothing more.
 //!
-//! Why not kube's reflector store, as the other watches use (issue 38): it keeps each object
-//! behind an `Arc` under an `ObjectRef` key (name, namespace, resourceVersion and uid: 96
-//! bytes and two strings of its own), beside the same name and namespace in the object, so a
-//! report of three small fields cost about 370 bytes with the table's empty slots, 7 MiB of a
-//! 20,000-namespace reconciler's 65 MiB (goal ≤ 64). Here the reports are grouped by name
+//! Why not kube's reflector store, as the other watches use: it keeps each object behind an
+//! `Arc` under an `ObjectRef` key (name, namespace, resourceVersion and uid: 96 bytes and two
+//! strings of its own), beside the same name and namespace in the object, several times the
+//! three small fields kept of a report, in every covered namespace. Here the reports are grouped by name
 //! (one name per baseline: `nsb-<baseline>`), each is a 40-byte slot and one string (its
 //! namespace), and a baseline's label is kept once for all its reports. A relist is taken in
 //! as kube's store takes it: the relisted reports replace the cached ones only once the

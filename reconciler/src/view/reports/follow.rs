@@ -10,11 +10,11 @@
 use std::future::Future;
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::channel::mpsc;
-use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use namespace_baseline_core::identity::managed_selector;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -22,8 +22,8 @@ use tracing::{debug, info, warn};
 use super::cache::{ReportCache, ReportCacheWriter, report_cache};
 use super::known::shown_event;
 use super::object::{GROUP, PLURAL, VERSION};
-use super::{Report, Reports};
-use crate::base::retry::WatchBackoff;
+use super::{OpenReport, Reports};
+use crate::base::watch_errors::{Watch, WatchErrors, watch_events};
 use crate::view::unseen_writes::UnseenWrites;
 
 /// How often discovery is asked whether the CRDs are (still) served.
@@ -56,6 +56,7 @@ pub fn follow(
     client: Client,
     reports: Reports,
     unseen: UnseenWrites,
+    errors: WatchErrors,
 ) -> (impl Future<Output = ()> + Send, mpsc::UnboundedReceiver<()>) {
     let (appeared, on_appearance) = mpsc::unbounded();
     let task = async move {
@@ -67,7 +68,7 @@ pub fn follow(
             match (served(&client).await, &mut watching) {
                 (Some(true), None) => {
                     info!("the openreports.io CRDs are served: writing Reports");
-                    watching = Some(Watching::start(&client, &unseen));
+                    watching = Some(Watching::start(&client, &unseen, &errors));
                 }
                 (Some(false), Some(_)) => {
                     info!("the openreports.io CRDs are gone: no more Reports");
@@ -106,9 +107,14 @@ struct Watching {
 }
 
 impl Watching {
-    fn start(client: &Client, unseen: &UnseenWrites) -> Self {
+    fn start(client: &Client, unseen: &UnseenWrites, errors: &WatchErrors) -> Self {
         let (cache, writer) = report_cache();
-        let task = tokio::spawn(watch(client.clone(), writer, unseen.clone()));
+        let task = tokio::spawn(watch(
+            client.clone(),
+            writer,
+            unseen.clone(),
+            errors.clone(),
+        ));
         Self {
             cache,
             task,
@@ -125,23 +131,26 @@ impl Drop for Watching {
 
 /// Each Report the watch shows goes into the cache as what is known of it
 /// ([`shown_event`]), and is dropped there.
-async fn watch(client: Client, mut writer: ReportCacheWriter, unseen: UnseenWrites) {
-    watcher(
-        Api::<Report>::all(client),
-        watcher::Config::default()
-            .labels(&managed_selector())
-            .any_semantic(),
+async fn watch(
+    client: Client,
+    mut writer: ReportCacheWriter,
+    unseen: UnseenWrites,
+    errors: WatchErrors,
+) {
+    watch_events(
+        watcher(
+            Api::<OpenReport>::all(client),
+            watcher::Config::default()
+                .labels(&managed_selector())
+                .any_semantic(),
+        ),
+        Watch::all("reports"),
+        errors,
     )
-    .backoff(WatchBackoff::default())
-    .map_ok(shown_event)
+    .map(shown_event)
     .for_each(|event| {
-        match event {
-            Ok(event) => {
-                writer.apply(&event);
-                unseen.observe(&event);
-            }
-            Err(error) => debug!(%error, "report watch"),
-        }
+        writer.apply(&event);
+        unseen.observe(&event);
         futures::future::ready(())
     })
     .await;

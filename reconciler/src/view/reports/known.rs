@@ -2,10 +2,10 @@
 //! wrote: all the reconciler ever reads of a stored report, and nothing else. A reconcile asks
 //! two things of it: whose report it is (its baseline label, to find a baseline's reports) and
 //! whether it says what the reconcile would write (one fingerprint of everything of it the
-//! reconciler owns). The watch turns each Report into a [`ShownReport`] as it arrives (issue
-//! 38: at 5,000 namespaces the slimmed Reports, metadata and scope kept, cost 12.5 MiB of the
-//! reconciler's 38.3); the cache keeps its [`KnownReport`] under its name and namespace
-//! (`cache.rs`).
+//! reconciler owns). The watch turns each Report into a [`ShownReport`] as it arrives (a
+//! Report kept whole, even slimmed to its metadata and scope, would be the biggest object the
+//! reconciler holds, one per covered namespace); the cache keeps its [`KnownReport`] under its
+//! name and namespace (`cache.rs`).
 
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use kube::runtime::watcher;
 use namespace_baseline_core::identity::{BASELINE_LABEL, MANAGED_BY_LABEL};
 
-use super::object::Report;
+use super::object::OpenReport;
 
 /// What is known of one of our reports: whose it is and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,8 +25,8 @@ pub struct KnownReport {
     fingerprint: u64,
 }
 
-impl From<&Report> for KnownReport {
-    fn from(report: &Report) -> Self {
+impl From<&OpenReport> for KnownReport {
+    fn from(report: &OpenReport) -> Self {
         Self {
             baseline: report
                 .metadata
@@ -47,7 +47,7 @@ impl KnownReport {
 
     /// Whether it says what `desired` (the report a reconcile would write) says, in every
     /// field the reconciler owns; labels others added do not count.
-    pub fn says(&self, desired: &Report) -> bool {
+    pub fn says(&self, desired: &OpenReport) -> bool {
         self.fingerprint == fingerprint(desired)
     }
 
@@ -69,7 +69,7 @@ impl KnownReport {
 /// labels (present or not), the scope, the source, the results and the summary. Equal for
 /// equal content within a process (SipHash with fixed keys, over the serialized JSON);
 /// labels others put on the report, its annotations and the server's fields are left out.
-fn fingerprint(report: &Report) -> u64 {
+fn fingerprint(report: &OpenReport) -> u64 {
     let labels = report.metadata.labels.as_ref();
     let ours = [MANAGED_BY_LABEL, BASELINE_LABEL].map(|key| {
         labels
@@ -98,8 +98,8 @@ pub struct ShownReport {
     pub known: KnownReport,
 }
 
-impl From<Report> for ShownReport {
-    fn from(mut report: Report) -> Self {
+impl From<OpenReport> for ShownReport {
+    fn from(mut report: OpenReport) -> Self {
         let known = KnownReport::from(&report);
         Self {
             namespace: report.metadata.namespace.take().unwrap_or_default(),
@@ -110,7 +110,7 @@ impl From<Report> for ShownReport {
 }
 
 /// The same event, for the cache: each Report is dropped as soon as it is known.
-pub fn shown_event(event: watcher::Event<Report>) -> watcher::Event<ShownReport> {
+pub fn shown_event(event: watcher::Event<OpenReport>) -> watcher::Event<ShownReport> {
     match event {
         watcher::Event::Apply(report) => watcher::Event::Apply(report.into()),
         watcher::Event::Delete(report) => watcher::Event::Delete(report.into()),
@@ -126,7 +126,7 @@ mod tests {
     use crate::view::reports::object::{apply_body, desired};
     use namespace_baseline_core::report::{NamespaceState, Outcome, WallState, namespace_report};
 
-    fn wanted() -> Report {
+    fn wanted() -> OpenReport {
         desired(
             "guarded",
             "team-a",
@@ -141,8 +141,8 @@ mod tests {
     }
 
     /// The report as the API server stores and the watch shows it.
-    fn stored(report: &Report) -> Report {
-        let mut stored: Report =
+    fn stored(report: &OpenReport) -> OpenReport {
+        let mut stored: OpenReport =
             serde_json::from_value(apply_body(report)).expect("our own body reads back");
         stored.metadata.resource_version = Some("42".into());
         stored.metadata.uid = Some("uid-42".into());
@@ -203,7 +203,7 @@ mod tests {
                 "{what} changed, and the report still says the same"
             );
         }
-        let unlabelled = KnownReport::from(&Report {
+        let unlabelled = KnownReport::from(&OpenReport {
             metadata: Default::default(),
             ..wanted
         });

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use cache::ReportCache;
 pub use known::KnownReport;
-pub use object::Report;
+pub use object::OpenReport;
 
 use crate::view::unseen_writes::UnseenWrites;
 

@@ -23,7 +23,7 @@ pub const PLURAL: &str = "reports";
 /// A Report: top-level fields, no `spec`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Report {
+pub struct OpenReport {
     #[serde(default)]
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,7 +36,7 @@ pub struct Report {
     pub summary: Summary,
 }
 
-impl kube::Resource for Report {
+impl kube::Resource for OpenReport {
     type DynamicType = ();
     type Scope = NamespaceResourceScope;
 
@@ -81,8 +81,8 @@ pub fn report_labels(baseline: &str) -> BTreeMap<String, String> {
 }
 
 /// `baseline`'s report of `namespace`.
-pub fn desired(baseline: &str, namespace: &str, content: ReportContent) -> Report {
-    Report {
+pub fn desired(baseline: &str, namespace: &str, content: ReportContent) -> OpenReport {
+    OpenReport {
         metadata: ObjectMeta {
             name: Some(report_name(baseline)),
             namespace: Some(namespace.to_owned()),
@@ -102,7 +102,7 @@ pub fn desired(baseline: &str, namespace: &str, content: ReportContent) -> Repor
 }
 
 /// The body of a server-side apply: the object with its `apiVersion` and `kind`.
-pub fn apply_body(report: &Report) -> serde_json::Value {
+pub fn apply_body(report: &OpenReport) -> serde_json::Value {
     let mut body = serde_json::to_value(report).unwrap_or_default();
     if let Some(object) = body.as_object_mut() {
         object.insert("apiVersion".into(), format!("{GROUP}/{VERSION}").into());

@@ -1,10 +1,10 @@
-//! Writes that outlive their reconcile: the baseline's writer.
+//! Writes that outlive their reconcile: the baseline's handoff.
 //!
 //! kube's `Controller` runs one reconcile of a baseline at a time. A reconcile that waited for
 //! its slowest write (a stalled request, a 429 whose `Retry-After` the client honours) would
 //! hold every repair of that baseline behind it. So a reconcile waits for its writes at most
 //! [`HANDOFF`] once every one of them has gone out; those still in flight are then handed to
-//! the writer here, which collects their answers, keeps them for the next reconcile of the
+//! the handoff here, which collects their answers, keeps them for the next reconcile of the
 //! baseline to report (the counts, the Events, a failure in the status and its retry), and
 //! triggers that reconcile once the last answer is in, scoped to the namespaces written.
 //!
@@ -29,9 +29,10 @@ use tokio::task::{JoinError, JoinHandle};
 use tracing::debug;
 
 use crate::base::error::{Error, ErrorClass, Result};
+use crate::view::scope::Dirty;
 
 /// How long a reconcile waits for its writes once all have gone out (and for its status
-/// write, and for each Event) before it hands them to the writer: well above an answer's
+/// write, and for each Event) before it hands them to the handoff: well above an answer's
 /// usual time (milliseconds), well below a stall's.
 pub const HANDOFF: Duration = Duration::from_millis(100);
 
@@ -46,7 +47,7 @@ pub(crate) struct Counts {
     pub deleted: u32,
     /// Changes planned but not made (after a failure).
     pub unapplied: u32,
-    /// Writes still in flight when the reconcile handed them to the writer: the reconcile
+    /// Writes still in flight when the reconcile handed them to the handoff: the reconcile
     /// after their answers counts them.
     pub handed_over: u32,
 }
@@ -95,12 +96,12 @@ pub(crate) fn count(len: usize) -> u32 {
 
 /// What a set of writes did: the counts, and the errors of those that failed.
 #[derive(Debug, Default)]
-pub(crate) struct Outcome {
+pub(crate) struct WriteResults {
     pub counts: Counts,
     errors: Vec<Error>,
 }
 
-impl Outcome {
+impl WriteResults {
     /// One write's task ended.
     pub fn add(&mut self, joined: std::result::Result<(Change, Result<()>), JoinError>) {
         match joined {
@@ -115,8 +116,8 @@ impl Outcome {
         self.errors.push(error);
     }
 
-    /// Adds what the writer collected for this baseline since its last reconcile.
-    pub fn absorb(&mut self, late: Outcome) {
+    /// Adds what the handoff collected for this baseline since its last reconcile.
+    pub fn absorb(&mut self, late: WriteResults) {
         self.counts.absorb(late.counts);
         self.errors.extend(late.errors);
     }
@@ -137,9 +138,11 @@ impl Outcome {
 }
 
 /// The writes handed over by the reconciles of one leadership term, per baseline.
-#[derive(Clone, Default)]
-pub struct Writer {
+#[derive(Clone)]
+pub struct Handoff {
     inner: Arc<Mutex<Handed>>,
+    /// What the reconcile that reports an answer looks at: what the answers wrote.
+    dirty: Dirty,
     /// Where the reconcile that reports an answer is asked for (none in unit tests, which run
     /// the next reconcile themselves).
     triggers: Option<UnboundedSender<ObjectRef<NamespaceBaseline>>>,
@@ -148,16 +151,25 @@ pub struct Writer {
 #[derive(Default)]
 struct Handed {
     /// Answers collected and not reported yet, by baseline.
-    landed: HashMap<String, Outcome>,
+    landed: HashMap<String, WriteResults>,
     /// Baselines whose status write is in flight.
     statuses: HashSet<String>,
 }
 
-impl Writer {
-    pub fn new(triggers: UnboundedSender<ObjectRef<NamespaceBaseline>>) -> Self {
+impl Handoff {
+    pub fn new(dirty: Dirty, triggers: UnboundedSender<ObjectRef<NamespaceBaseline>>) -> Self {
+        Self {
+            triggers: Some(triggers),
+            ..Self::detached(dirty)
+        }
+    }
+
+    /// A handoff that asks for no reconcile (unit tests run it themselves).
+    pub fn detached(dirty: Dirty) -> Self {
         Self {
             inner: Arc::default(),
-            triggers: Some(triggers),
+            dirty,
+            triggers: None,
         }
     }
 
@@ -165,19 +177,18 @@ impl Writer {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes over the writes of `baseline` still in flight; `on_landed` is told the
-    /// namespaces they wrote once all are answered, before the next reconcile is asked for.
+    /// Takes over the writes of `baseline` still in flight; once all are answered, the
+    /// reconcile that reports them is asked for, looking at the namespaces they wrote.
     pub(crate) fn take_over(
         &self,
         baseline: &NamespaceBaseline,
         mut tasks: FuturesUnordered<WriteTask>,
-        on_landed: impl FnOnce(&HashSet<String>) + Send + 'static,
     ) {
-        let writer = self.clone();
+        let handoff = self.clone();
         let reference = ObjectRef::from_obj(baseline);
-        debug!(baseline = %reference.name, writes = tasks.len(), "writes handed to the writer");
+        debug!(baseline = %reference.name, writes = tasks.len(), "writes handed over");
         tokio::spawn(async move {
-            let mut outcome = Outcome::default();
+            let mut outcome = WriteResults::default();
             let mut namespaces = HashSet::new();
             while let Some(joined) = tasks.next().await {
                 if let Ok((change, _)) = &joined {
@@ -185,8 +196,10 @@ impl Writer {
                 }
                 outcome.add(joined);
             }
-            on_landed(&namespaces);
-            writer.landed(&reference, outcome);
+            for namespace in &namespaces {
+                handoff.dirty.namespace(&reference.name, namespace);
+            }
+            handoff.landed(&reference, outcome);
         });
     }
 
@@ -197,11 +210,11 @@ impl Writer {
         baseline: &NamespaceBaseline,
         task: JoinHandle<Result<()>>,
     ) {
-        let writer = self.clone();
+        let handoff = self.clone();
         let reference = ObjectRef::from_obj(baseline);
         self.handed().statuses.insert(reference.name.clone());
         tokio::spawn(async move {
-            let mut outcome = Outcome::default();
+            let mut outcome = WriteResults::default();
             match task.await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => outcome.errors.push(error),
@@ -209,8 +222,11 @@ impl Writer {
                     "a status write's task ended: {join}"
                 ))),
             }
-            writer.handed().statuses.remove(&reference.name);
-            writer.landed(&reference, outcome);
+            handoff.handed().statuses.remove(&reference.name);
+            // The reconcile that reports it (or writes the status held back meanwhile)
+            // plans no namespace: nothing in the wall changed.
+            handoff.dirty.report(&reference.name);
+            handoff.landed(&reference, outcome);
         });
     }
 
@@ -219,21 +235,26 @@ impl Writer {
         self.handed().statuses.contains(baseline)
     }
 
-    fn landed(&self, reference: &ObjectRef<NamespaceBaseline>, outcome: Outcome) {
+    fn landed(&self, reference: &ObjectRef<NamespaceBaseline>, outcome: WriteResults) {
         self.handed()
             .landed
             .entry(reference.name.clone())
             .or_default()
             .absorb(outcome);
+        self.ask_for(&reference.name);
+    }
+
+    /// Asks for a reconcile of `baseline` (in unit tests, which run it themselves, nothing).
+    pub(crate) fn ask_for(&self, baseline: &str) {
         if let Some(triggers) = &self.triggers {
             // A closed channel is a term that ended: the next one starts with a full pass.
-            let _ = triggers.unbounded_send(reference.clone());
+            let _ = triggers.unbounded_send(ObjectRef::new(baseline));
         }
     }
 
-    /// What the writer collected for `baseline` since its last reconcile, for this one to
+    /// What the handoff collected for `baseline` since its last reconcile, for this one to
     /// report.
-    pub(crate) fn take(&self, baseline: &str) -> Option<Outcome> {
+    pub(crate) fn take(&self, baseline: &str) -> Option<WriteResults> {
         self.handed().landed.remove(baseline)
     }
 
