@@ -20,7 +20,8 @@
 # policy-server's pods away and brings them back (the outage of issue 36).
 #
 # Environment: CARGO, CARGO_TARGET_DIR, NSB_RECONCILER_LOG, NSB_DRIFT_REPEATS (default 25),
-# POLICY_SERVER, KWCTL and ANNOTATED_WASM (session.sh), NSB_N8_ROUNDS (default 30).
+# POLICY_SERVER, KWCTL and ANNOTATED_WASM (session.sh), NSB_N8_ROUNDS (default 10),
+# NSB_N12_PHASES (`all`: n12 also deletes the pod of a single replica).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -177,8 +177,14 @@ done < <(ldd "$KUBEWARDEN_STACK/policy-server" | awk '$2 == "=>" && $3 ~ /^\// {
 # system"), even when every registry it pulls from has its CA in sourceAuthorities.
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 [[ -s "$CA_BUNDLE" ]] || nsb_die "no $CA_BUNDLE: apt-get install ca-certificates"
+# Its user, as Kubewarden's image names it (/etc/passwd and /etc/group).
+POLICY_SERVER_ETC="$IMAGES_DIR/policy-server-etc"
+mkdir -p "$POLICY_SERVER_ETC"
+echo "policy-server:x:65533:65533::/tmp:/sbin/nologin" >"$POLICY_SERVER_ETC/passwd"
+echo "policy-server:x:65533:policy-server" >"$POLICY_SERVER_ETC/group"
 image policy-server "$NSB_IMAGE_POLICY_SERVER" '{"Entrypoint":["/policy-server"],"User":"65533:65533"}' \
-  "$KUBEWARDEN_STACK/policy-server:/policy-server" "${POLICY_SERVER_LIBS[@]}" "$CA_BUNDLE:$CA_BUNDLE"
+  "$KUBEWARDEN_STACK/policy-server:/policy-server" "${POLICY_SERVER_LIBS[@]}" "$CA_BUNDLE:$CA_BUNDLE" \
+  "$POLICY_SERVER_ETC/passwd:/etc/passwd" "$POLICY_SERVER_ETC/group:/etc/group"
 
 log "node binaries: $NSB_K8S_NODE_BIN, $NSB_COREDNS_BIN, $NSB_KUBE_ROUTER_BIN, $NSB_PAUSE_BIN; images: $IMAGES_DIR"
 echo "$IMAGES_DIR"

@@ -533,8 +533,8 @@ impl ControllerChain {
         Ok(())
     }
 
-    /// Waits until the policy-server's Deployment has `replicas` ready and up to date, and no
-    /// other pod; returns how long it took.
+    /// Waits until the policy-server's Deployment has seen its latest spec and has `replicas`
+    /// ready and up to date, and no other pod; returns how long it took.
     pub async fn wait_policy_server(&self, replicas: i32, timeout: Duration) -> Result<Duration> {
         let deployments: Api<Deployment> =
             Api::namespaced(self.admin.clone(), CONTROLLER_NAMESPACE);
@@ -544,8 +544,16 @@ impl ControllerChain {
             timeout,
             || async {
                 let deployment = deployments.get(&name).await?;
+                // The Deployment controller has seen its latest spec: a rollout the controller
+                // just asked for is in the status, not yet to come.
+                let observed = deployment
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.observed_generation)
+                    == deployment.metadata.generation;
                 let status = deployment.status.unwrap_or_default();
-                let settled = status.ready_replicas.unwrap_or(0) == replicas
+                let settled = observed
+                    && status.ready_replicas.unwrap_or(0) == replicas
                     && status.updated_replicas.unwrap_or(0) == replicas
                     && status.replicas.unwrap_or(0) == replicas
                     && self.policy_server_pods().await?.len() == replicas as usize;

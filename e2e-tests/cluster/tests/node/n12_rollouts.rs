@@ -11,7 +11,8 @@
 //! `minAvailable: 1`):
 //!   (a) the policy's settings changed (`holes` Warn to Deny, then back): the controller rolls
 //!       the Deployment;
-//!   (b) the policy-server's pods deleted one at a time, each replaced before the next.
+//!   (b) the policy-server's pods deleted one at a time, each replaced before the next (with 1
+//!       replica only with `NSB_N12_PHASES=all`).
 //! Counted per phase: Pod CREATEs refused, DELETEs that slipped through (asserted 0 always).
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -96,6 +97,9 @@ async fn n12_rollouts_under_load_let_no_forbidden_delete_through() {
                 let took = roll_settings(chain, if replicas == 1 { "Deny" } else { "Warn" }).await;
                 tokio::time::sleep(MARGIN).await;
                 phases.push((replicas, "settings changed (a rollout)", start, Instant::now(), took));
+                if replicas == 1 && !all_phases() {
+                    continue;
+                }
                 let start = Instant::now();
                 tokio::time::sleep(MARGIN).await;
                 let took = delete_pods_one_at_a_time(chain, replicas).await;
@@ -137,6 +141,12 @@ async fn n12_rollouts_under_load_let_no_forbidden_delete_through() {
         .await;
     names.delete_namespaces(std::slice::from_ref(&walled)).await;
     outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+}
+
+/// Whether to run every phase (`NSB_N12_PHASES=all`): CI leaves out the deletion of a single
+/// replica's pod (n9 takes the policy-server away altogether; BENCHMARKS.md has its figures).
+fn all_phases() -> bool {
+    std::env::var("NSB_N12_PHASES").is_ok_and(|phases| phases == "all")
 }
 
 /// Sends a dry-run Pod CREATE and a dry-run DELETE of the managed deny-all every [`EVERY`],
