@@ -261,6 +261,19 @@ pub fn policies_file(policies: &[ClusterAdmissionPolicy], module: &str) -> Resul
     Ok(Value::Object(file))
 }
 
+/// The policy among `policies` whose rules send `resource` (`pods`, `networkpolicies`,
+/// `namespaces`) of the API group `group` to the policy-server.
+pub fn policy_for<'a>(
+    policies: &'a [ClusterAdmissionPolicy],
+    group: &str,
+    resource: &str,
+) -> &'a ClusterAdmissionPolicy {
+    policies
+        .iter()
+        .find(|policy| policy.matches(group, resource))
+        .unwrap_or_else(|| panic!("no ClusterAdmissionPolicy judges {group}/{resource}"))
+}
+
 /// The `rules` of a policy's `metadata.yml`: the operations the module says it judges.
 pub fn metadata_rules(path: &Path) -> Result<Vec<Value>> {
     let metadata = yaml::read_documents(path)
@@ -339,7 +352,8 @@ pub fn webhook_configuration(policy: &ClusterAdmissionPolicy, server: &str, ca_p
     })
 }
 
-fn configurations(client: &Client) -> Api<DynamicObject> {
+/// The ValidatingWebhookConfiguration kind, for dynamic requests.
+pub fn webhook_configurations(client: &Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(
         "admissionregistration.k8s.io",
         "v1",
@@ -354,7 +368,7 @@ pub async fn register(client: &Client, configuration: &Value) -> Result<()> {
     let name = configuration["metadata"]["name"]
         .as_str()
         .context("webhook configuration without a name")?;
-    configurations(client)
+    webhook_configurations(client)
         .patch(
             name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -367,7 +381,7 @@ pub async fn register(client: &Client, configuration: &Value) -> Result<()> {
 
 /// Removes the webhook configuration `name`; `false` when there was none.
 pub async fn remove(client: &Client, name: &str) -> Result<bool> {
-    match configurations(client)
+    match webhook_configurations(client)
         .delete(name, &DeleteParams::default())
         .await
     {

@@ -393,10 +393,7 @@ impl AdmissionChain {
     /// The policy whose rules send `resource` (`pods`, `networkpolicies`, `namespaces`) of the
     /// API group `group` to the policy-server.
     pub fn policy_for(&self, group: &str, resource: &str) -> &ClusterAdmissionPolicy {
-        self.policies
-            .iter()
-            .find(|policy| policy.matches(group, resource))
-            .unwrap_or_else(|| panic!("no ClusterAdmissionPolicy judges {group}/{resource}"))
+        kubewarden::policy_for(&self.policies, group, resource)
     }
 
     /// How the API server begins a refusal of `resource` by its webhook.

@@ -19,7 +19,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use namespace_baseline_testkit::kubewarden::{
-    CONTROLLER_NAMESPACE, ClusterAdmissionPolicy, DEFAULT_POLICY_SERVER,
+    self, CONTROLLER_NAMESPACE, ClusterAdmissionPolicy, DEFAULT_POLICY_SERVER,
 };
 use namespace_baseline_testkit::policy_server_log::PolicyServerLog;
 use serde_json::{Value, json};
@@ -352,14 +352,7 @@ impl ControllerChain {
         &self,
         policy: &ClusterAdmissionPolicy,
     ) -> Result<Option<Value>> {
-        let gvk = GroupVersionKind::gvk(
-            "admissionregistration.k8s.io",
-            "v1",
-            "ValidatingWebhookConfiguration",
-        );
-        let api: Api<DynamicObject> =
-            Api::all_with(self.admin.clone(), &ApiResource::from_gvk(&gvk));
-        Ok(api
+        Ok(kubewarden::webhook_configurations(&self.admin)
             .get_opt(&policy.unique_name())
             .await
             .context("reading a ValidatingWebhookConfiguration")?
@@ -368,18 +361,7 @@ impl ControllerChain {
 
     /// The policy whose rules send `resource` of `group` to the policy-server.
     pub fn policy_for(&self, group: &str, resource: &str) -> &ClusterAdmissionPolicy {
-        self.policies
-            .iter()
-            .find(|policy| policy.matches(group, resource))
-            .unwrap_or_else(|| panic!("no ClusterAdmissionPolicy judges {group}/{resource}"))
-    }
-
-    /// How the API server begins a refusal of `resource` by its webhook.
-    pub fn denied_by(&self, group: &str, resource: &str) -> String {
-        format!(
-            "admission webhook \"{}\" denied the request: ",
-            self.policy_for(group, resource).webhook_name()
-        )
+        kubewarden::policy_for(&self.policies, group, resource)
     }
 
     /// Deletes the policy `name` and waits until the controller removed its webhook

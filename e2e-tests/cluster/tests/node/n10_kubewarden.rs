@@ -19,7 +19,6 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use namespace_baseline_cluster_tests::Cluster;
 use namespace_baseline_cluster_tests::admission::ChainOptions;
 use namespace_baseline_cluster_tests::kubewarden_stack::{
@@ -195,13 +194,7 @@ async fn compare_with_testkit(
 
     // The webhook configurations: testkit's, defaulted by the API server (a dry-run create under
     // another name), against the controller's, but for where each calls.
-    let gvk = GroupVersionKind::gvk(
-        "admissionregistration.k8s.io",
-        "v1",
-        "ValidatingWebhookConfiguration",
-    );
-    let api: Api<DynamicObject> =
-        Api::all_with(cluster.admin.clone(), &ApiResource::from_gvk(&gvk));
+    let api = kubewarden::webhook_configurations(&cluster.admin);
     for policy in &chain.policies {
         let controller = chain
             .webhook_configuration(policy)
