@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reconciler benchmarks against a real kube-apiserver: convergence, steady state, drift
-# repair, new namespaces, memory and startup (e2e-tests/cluster/src/bin/cluster-bench.rs).
+# repair, new namespaces, memory and startup, and with --dns-churn (2 minutes more per size)
+# the DNS namespace's churn (e2e-tests/cluster/src/bin/cluster-bench.rs).
 #
 #   e2e-tests/cluster-bench.sh [--large] [--image-binary] [cluster-bench args, e.g. --reps 5 -- --concurrency=32]
 #

@@ -14,7 +14,9 @@
 //!    the reconciler's own default, 300 s; the short `--resync` of the steady-state phase
 //!    would put a full pass in front of a repair every few seconds);
 //! 5. startup: restart the process on the converged cluster, time to /readyz and to the first
-//!    reconcile, and the writes it makes;
+//!    reconcile, and the writes it makes (with `--dns-churn`, first the DNS namespace's churn,
+//!    on a reconciler of its own: its CPU and reconciles over a window at rest and one in which
+//!    annotations change in kube-system a few times a second, `cluster_bench/dns_churn.rs`);
 //! 6. new namespace: label a namespace, time until both wall objects are seen;
 //! 7. the floor: the same 2N server-side applies by a plain client at several concurrencies,
 //!    each `--reps` times, the lowest median against the convergence's median.
@@ -27,11 +29,14 @@
 //!
 //! Usage: `cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50]
 //! [--startups 3] [--takeovers 1] [--restart-only] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32]
+//! [--dns-churn] [--dns-churn-window 60] [--dns-churn-rate 3.5] [--dns-churn-reps 1]
 //! [--out FILE] [-- reconciler args...]`. Needs TEST_KUBECONFIG and NSB_RECONCILER_BIN; NSB_AUDIT_LOG for
 //! request counts; NSB_APISERVER_PID / NSB_ETCD_PID (the control plane's env) for CPU time;
 //! NSB_BENCH_PERF=<file> for a `perf record` of the reconciler over the drift repairs.
 //! `e2e-tests/cluster-bench.sh` builds, starts a fresh control plane per size and runs it.
 
+#[path = "cluster_bench/dns_churn.rs"]
+mod dns_churn;
 #[path = "cluster_bench/floor.rs"]
 mod floor;
 #[path = "cluster_bench/list_floor.rs"]
@@ -62,8 +67,9 @@ use namespace_baseline_core::spec::NamespaceBaseline;
 use namespace_baseline_testkit::namespaces;
 use serde_json::json;
 
-const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50] [--startups 3] [--takeovers 1] [--restart-only] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--out FILE] [-- reconciler args]";
+const USAGE: &str = "cluster-bench [--large] [--sizes 100,1000] [--reps 15|3] [--samples 50] [--startups 3] [--takeovers 1] [--restart-only] [--resync 5] [--repair-resync 300] [--rest 0] [--create-concurrency 32] [--dns-churn] [--dns-churn-window 60] [--dns-churn-rate 3.5] [--dns-churn-reps 1] [--out FILE] [-- reconciler args]";
 
+use dns_churn::ChurnOptions;
 use observe::{BaselineWatch, Key, PolicyWatch, is_ready};
 use process::{CpuMeter, Memory, Profile, Reconciler, mib};
 use report::{Requests, Row, Samples, Verdict, ms};
@@ -92,6 +98,9 @@ struct Options {
     /// Seconds the converged reconciler idles before its RSS is read again (0: not).
     rest_secs: u64,
     create_concurrency: usize,
+    /// The DNS namespace's churn phase (`--dns-churn*`), off unless asked for: it adds two
+    /// windows (2 minutes by default) per size.
+    dns_churn: Option<ChurnOptions>,
     out: Option<PathBuf>,
     reconciler_args: Vec<String>,
 }
@@ -109,6 +118,7 @@ impl Options {
             repair_resync_secs: 300,
             rest_secs: 0,
             create_concurrency: 32,
+            dns_churn: None,
             out: None,
             reconciler_args: Vec::new(),
         };
@@ -137,6 +147,19 @@ impl Options {
                 "--repair-resync" => options.repair_resync_secs = value()?.parse()?,
                 "--rest" => options.rest_secs = value()?.parse()?,
                 "--create-concurrency" => options.create_concurrency = value()?.parse()?,
+                "--dns-churn" => {
+                    options.dns_churn.get_or_insert_default();
+                }
+                "--dns-churn-window" => {
+                    options.dns_churn.get_or_insert_default().window =
+                        Duration::from_secs(value()?.parse()?);
+                }
+                "--dns-churn-rate" => {
+                    options.dns_churn.get_or_insert_default().per_second = value()?.parse()?;
+                }
+                "--dns-churn-reps" => {
+                    options.dns_churn.get_or_insert_default().reps = value()?.parse()?;
+                }
                 "--out" => options.out = Some(value()?.into()),
                 "--" => {
                     options.reconciler_args.extend(flags.rest());
@@ -159,6 +182,11 @@ impl Options {
             || options.sizes.contains(&0)
         {
             bail!("--reps, --samples, --startups and sizes must be positive");
+        }
+        if let Some(churn) = &options.dns_churn
+            && (churn.window.is_zero() || churn.reps == 0 || churn.per_second <= 0.0)
+        {
+            bail!("--dns-churn-window, --dns-churn-rate and --dns-churn-reps must be positive");
         }
         Ok(options)
     }
@@ -579,6 +607,25 @@ async fn bench_size(cluster: &Cluster, options: &Options, n: usize) -> Result<Ve
             ms((after.1 - before.1) * 1e3),
         ),
     ));
+    }
+
+    // 3b. The DNS namespace's churn (`--dns-churn`), on a reconciler of its own whose resync
+    // falls in neither window, started once the bench's pods are in the DNS namespace (their
+    // creation is no part of either window); the restarts below stop it.
+    if let Some(churn) = &options.dns_churn {
+        reconciler.stop().await?;
+        let targets = dns_churn::Targets::create(cluster).await?;
+        reconciler = Reconciler::spawn(
+            cluster,
+            &format!("bench{n}-d"),
+            &reconciler_args(dns_churn::RESYNC.as_secs()),
+        )
+        .await?;
+        reconciler
+            .wait_started(true, Duration::from_secs(60))
+            .await?;
+        rows.push(dns_churn::measure(cluster, &reconciler, &baseline, n, churn, &targets).await?);
+        targets.remove(&cluster.admin).await?;
     }
 
     // 4. Restart on the converged cluster, each start just after the floor it is compared
