@@ -108,8 +108,22 @@ set -a
 set +a
 export TEST_KUBECONFIG="$KUBECONFIG"
 
-nsb_say "running the node tests (serially, inside the node's network namespace)"
 rc=0
+# The operator's manual followed as written (docs/install.md and docs/upgrade.md's marked
+# blocks: install, upgrade from the previous round, rollback, removal), before the other tests,
+# which start from a cluster without Namespace Baseline as it leaves it. It runs on a whole run
+# (no test filter) or with NSB_NODE_MANUAL=1; NSB_NODE_MANUAL=0 leaves it out, saying so.
+if [[ "${NSB_NODE_MANUAL:-$(( $# == 0 ))}" == 1 && "${NSB_NODE_KUBEWARDEN:-1}" != 0 ]]; then
+  nsb_say "following the operator's manual (e2e-tests/node/manual.sh)"
+  t0=$EPOCHREALTIME
+  nsb_run_tests "operator manual" nsenter --target "$NSB_NODE_HOLDER_PID" --net -- \
+    "$ROOT/e2e-tests/node/manual.sh" "$NODE_STATE" || rc=$?
+  nsb_say "the operator's manual: $( ((rc == 0)) && echo passed || echo FAILED) in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+else
+  echo "!! NOT RUN: the operator's manual (e2e-tests/node/manual.sh): a test filter was given or NSB_NODE_MANUAL=0" >&2
+fi
+
+nsb_say "running the node tests (serially, inside the node's network namespace)"
 nsb_run_tests "node tests" nsenter --target "$NSB_NODE_HOLDER_PID" --net -- \
   "$CARGO" test -p namespace-baseline-cluster-tests --features node --test node --locked --offline \
   -- --test-threads=1 --nocapture "$@" || rc=$?

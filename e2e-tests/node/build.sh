@@ -44,13 +44,14 @@ go_build() {
   log "$name built in $((SECONDS - t0))s"
 }
 
-# --- kubelet, kube-proxy, kube-controller-manager, kube-scheduler -------------------
-K8S_CMDS=(kubelet kube-proxy kube-controller-manager kube-scheduler)
+# --- kubelet, kube-proxy, kube-controller-manager, kube-scheduler, kubectl -----------
+K8S_CMDS=(kubelet kube-proxy kube-controller-manager kube-scheduler kubectl)
 k8s_ok() {
   local c
   for c in "${K8S_CMDS[@]}"; do
     [[ -x "$NSB_K8S_NODE_BIN/$c" ]] || return 1
-    timeout 20 "$NSB_K8S_NODE_BIN/$c" --version 2>/dev/null | grep >/dev/null "$NSB_K8S_VERSION" || return 1
+    if [[ $c == kubectl ]]; then set -- version --client; else set -- --version; fi
+    timeout 20 "$NSB_K8S_NODE_BIN/$c" "$@" 2>/dev/null | grep >/dev/null "$NSB_K8S_VERSION" || return 1
   done
 }
 if [[ $force == 1 ]] || ! k8s_ok; then
@@ -62,7 +63,7 @@ if [[ $force == 1 ]] || ! k8s_ok; then
   LDFLAGS="-s -w -X $V.gitVersion=$NSB_K8S_VERSION -X $V.gitMajor=$major -X $V.gitMinor=$minor"
   LDFLAGS+=" -X $V.gitTreeState=clean -X $V.buildDate=${build_date:-1970-01-01T00:00:00Z}"
   tmp="$(mktemp -d "$NSB_CACHE_ROOT/.node-build.XXXXXX")"
-  go_build "kubelet, kube-proxy, kube-controller-manager, kube-scheduler $NSB_K8S_VERSION" "$tmp/build.log" \
+  go_build "kubelet, kube-proxy, kube-controller-manager, kube-scheduler, kubectl $NSB_K8S_VERSION" "$tmp/build.log" \
     env -C "$CP" CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
     go build -trimpath -ldflags "$LDFLAGS" -o "$tmp/" "${K8S_CMDS[@]/#/./cmd/}"
   mkdir -p "$NSB_K8S_NODE_BIN"
@@ -70,7 +71,7 @@ if [[ $force == 1 ]] || ! k8s_ok; then
   rm -rf "$tmp"
   k8s_ok || nsb_die "built Kubernetes node binaries fail the --version check"
 else
-  log "reusing kubelet, kube-proxy, kube-controller-manager, kube-scheduler $NSB_K8S_VERSION from $NSB_K8S_NODE_BIN"
+  log "reusing kubelet, kube-proxy, kube-controller-manager, kube-scheduler, kubectl $NSB_K8S_VERSION from $NSB_K8S_NODE_BIN"
 fi
 
 # --- coredns, kube-router: `go install module@version` (their own go.mod, untouched) ----

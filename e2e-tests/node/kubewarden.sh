@@ -65,6 +65,15 @@ openssl x509 -req -in "$WORK/tls/registry.csr" -CA "$CA" -CAkey "$WORK/tls/ca.ke
   -out "$WORK/tls/registry.crt" 2>/dev/null
 nsb_registry_start "$WORK/registry" "$REGISTRY" "$WORK/tls/registry.crt" "$WORK/tls/registry.key" "$CA"
 step "registry at https://$REGISTRY"
+# The node's containerd trusts the registry's CA, as a node admin sets it up for a private
+# registry: images pushed there (docs/install.md's `make image push`) are pulled by kubelet.
+mkdir -p "$STATE_DIR/containerd/certs.d/$REGISTRY"
+cat >"$STATE_DIR/containerd/certs.d/$REGISTRY/hosts.toml" <<EOF
+server = "https://$REGISTRY"
+[host."https://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+  ca = "$CA"
+EOF
 
 # --- 2. the policy, pushed as a user pushes it ------------------------------------------------
 cat >"$WORK/sources.yaml" <<EOF

@@ -79,7 +79,7 @@ cleanup_on_failure() {
 trap cleanup_on_failure EXIT
 
 cd "$STATE_DIR"
-mkdir -p cni/net.d cni/ipam containerd/root containerd/state kubelet pod-logs images
+mkdir -p cni/net.d cni/ipam containerd/root containerd/state containerd/certs.d kubelet pod-logs images
 for image in "${NSB_NODE_IMAGES[@]}"; do ln -s "$(readlink -f "$IMAGES_DIR/$image.tar")" "images/$image.tar"; done
 
 # --- the holder: the node's network and mount namespaces -----------------------------
@@ -212,6 +212,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+  # A registry's own CA, as a node admin trusts it: certs.d/<host:port>/hosts.toml (the node
+  # registry's is written by kubewarden.sh; containerd reads the directory at each pull).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$STATE_DIR/containerd/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$NSB_CNI_BIN_DIR"
     conf_dir = "$STATE_DIR/cni/net.d"
