@@ -352,6 +352,12 @@ async fn s17_in_process_gate_parity_with_the_policy_fixtures() {
         "only {} pod fixtures found",
         fixtures.len()
     );
+    for (file, _) in DIFFERENCES.iter().chain(NOT_RUN) {
+        assert!(
+            fixtures.iter().any(|fixture| fixture.file == *file),
+            "{file} is listed in s17 but is no pod fixture (renamed or removed?)"
+        );
+    }
     let mut created_bindings = Vec::new();
     let mut runs = Vec::new();
     for (index, fixture) in fixtures.iter().enumerate() {
@@ -570,7 +576,7 @@ async fn s17_stale_param_cache_refusals_after_the_wall() {
         }
         windows_ms.push(walled.elapsed().as_secs_f64() * 1000.0);
     }
-    let mut sorted = windows_ms.clone();
+    let mut sorted = windows_ms;
     sorted.sort_by(f64::total_cmp);
     figure(
         "s17",
