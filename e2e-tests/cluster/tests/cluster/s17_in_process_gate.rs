@@ -17,31 +17,26 @@
 //!
 //! Each fixture's bindings are confined to its own namespace by one more requirement
 //! (`kubernetes.io/metadata.name In [...]`), and its namespace names are made unique to the run
-//! (the chart's excluded names alike), so that the fixtures run side by side and no other
+//! (the chart's excluded names alike: `in_process::confined`), so that the fixtures run side by side and no other
 //! scenario's pod is ever gated. The anchor binding is never deleted (kubernetes#130887).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
+use namespace_baseline_cluster_tests::in_process::{
+    ChartObjects, NO_PARAMS, confined, delete_bindings,
+};
 use namespace_baseline_cluster_tests::{Cluster, percentile, repo_root};
-use namespace_baseline_testkit::manifests::read_yaml_documents;
 use serde_json::{Value, json};
 
 use crate::common::{figure, start};
 
-/// The objects the chart renders for `charts/tests/in-process.yaml` (checked by charts/check.sh).
-const CHART_OBJECTS: &str = "charts/tests/in-process-objects.yaml";
-const POLICY_NAME: &str = "namespace-baseline-pods-wait-for-wall";
-const ANCHOR_NAME: &str = "namespace-baseline-pods-wait-for-wall-anchor";
 const NAME_LABEL: &str = "kubernetes.io/metadata.name";
-/// The API server's own text when a binding's param is missing (`parameterNotFoundAction: Deny`).
-const NO_PARAMS: &str = "no params found for policy binding with `Deny` parameterNotFoundAction";
 /// How long a new binding may take to be used (the API server refreshes its policies every
 /// second) and a retried pod to be admitted.
 const TAKES_EFFECT: Duration = Duration::from_secs(10);
@@ -148,84 +143,6 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// The chart's rendering: the policy, the anchor binding, and the bindings by name.
-struct ChartObjects {
-    policy: Value,
-    anchor: Value,
-    bindings: BTreeMap<String, Value>,
-}
-
-impl ChartObjects {
-    fn read() -> Result<Self> {
-        let mut policy = None;
-        let mut anchor = None;
-        let mut bindings = BTreeMap::new();
-        for object in read_yaml_documents(&repo_root().join(CHART_OBJECTS))? {
-            let name = object["metadata"]["name"].as_str().unwrap_or("").to_owned();
-            match object["kind"].as_str() {
-                Some("ValidatingAdmissionPolicy") => policy = Some(object),
-                Some("ValidatingAdmissionPolicyBinding") if name == ANCHOR_NAME => {
-                    anchor = Some(object);
-                }
-                Some("ValidatingAdmissionPolicyBinding") => {
-                    bindings.insert(name, object);
-                }
-                _ => {}
-            }
-        }
-        Ok(Self {
-            policy: policy.context("no ValidatingAdmissionPolicy in the chart's rendering")?,
-            anchor: anchor.context("no anchor binding in the chart's rendering")?,
-            bindings,
-        })
-    }
-
-    /// The chart's binding for `baseline`'s wall part (`default-deny`, `allow-dns`), checked to
-    /// select the namespaces `namespace_label` selects.
-    fn binding(&self, baseline: &str, part: &str, namespace_label: &str) -> Result<Value> {
-        let name = format!("pods-wait-for-nsb-{baseline}-{part}");
-        let binding = self.bindings.get(&name).with_context(|| {
-            format!("{CHART_OBJECTS} has no binding {name}: add the baseline to charts/tests/in-process.yaml")
-        })?;
-        let requirement = &binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0];
-        let expected = match namespace_label.split_once('=') {
-            Some((key, value)) => json!({"key": key, "operator": "In", "values": [value]}),
-            None => json!({"key": namespace_label, "operator": "Exists"}),
-        };
-        ensure!(
-            *requirement == expected,
-            "binding {name} selects {requirement}, not the baseline's {namespace_label}"
-        );
-        Ok(binding.clone())
-    }
-}
-
-/// `binding`, renamed with `suffix` and confined to the namespace `only`; the namespaces it
-/// leaves out by name are renamed by `rename` (so that the fixture's own names keep their
-/// meaning).
-fn confined(binding: &Value, suffix: &str, only: &str, rename: &dyn Fn(&str) -> String) -> Value {
-    let mut binding = binding.clone();
-    let name = format!("{}-{suffix}", binding["metadata"]["name"].as_str().unwrap_or(""));
-    binding["metadata"]["name"] = json!(name);
-    let expressions = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
-        .as_array_mut()
-        .expect("a binding of the chart selects namespaces by matchExpressions");
-    for expression in expressions.iter_mut() {
-        if expression["key"] == NAME_LABEL && expression["operator"] == "NotIn" {
-            let renamed: Vec<String> = expression["values"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(rename)
-                .collect();
-            expression["values"] = json!(renamed);
-        }
-    }
-    expressions.push(json!({"key": NAME_LABEL, "operator": "In", "values": [only]}));
-    binding
-}
-
 /// A Pod CREATE, dry run, of `pod` (a fixture's object) in `namespace`: `Ok(Ok(()))` admitted,
 /// `Ok(Err((code, message)))` refused.
 async fn create_pod(
@@ -268,18 +185,6 @@ async fn create_namespace(cluster: &Cluster, name: &str, labels: &Value) -> Resu
     cluster.default_service_account(name).await
 }
 
-async fn apply_policy_and_anchor(cluster: &Cluster, chart: &ChartObjects) -> Result<()> {
-    cluster
-        .apply(&chart.policy)
-        .await
-        .context("applying the chart's ValidatingAdmissionPolicy")?;
-    cluster
-        .apply(&chart.anchor)
-        .await
-        .context("applying the chart's anchor binding")?;
-    Ok(())
-}
-
 /// Waits until the binding of namespace `namespace` (no wall there) refuses a pod with the API
 /// server's not-found text: the API server uses the bindings created before it too.
 async fn wait_binding_used(cluster: &Cluster, namespace: &str) -> Result<Duration> {
@@ -296,14 +201,6 @@ async fn wait_binding_used(cluster: &Cluster, namespace: &str) -> Result<Duratio
             bail!("the binding of {namespace} was not used within {TAKES_EFFECT:?}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn delete_bindings(client: &Client, names: &[String]) {
-    let api: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
-    for name in names {
-        assert_ne!(name, ANCHOR_NAME, "the anchor binding is never deleted");
-        let _ = api.delete(name, &DeleteParams::default()).await;
     }
 }
 
@@ -342,7 +239,8 @@ async fn s17_in_process_gate_parity_with_the_policy_fixtures() {
         json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]),
         "the in-process policy's rules changed: review NOT_RUN"
     );
-    apply_policy_and_anchor(&cluster, &chart)
+    chart
+        .apply_policy_and_anchor(&cluster)
         .await
         .expect("the policy");
 
@@ -499,7 +397,8 @@ async fn s17_in_process_gate_parity_with_the_policy_fixtures() {
 async fn s17_stale_param_cache_refusals_after_the_wall() {
     let (cluster, names, _mark) = start("s17-stale").await;
     let chart = ChartObjects::read().expect("the chart's rendering");
-    apply_policy_and_anchor(&cluster, &chart)
+    chart
+        .apply_policy_and_anchor(&cluster)
         .await
         .expect("the policy");
     let rounds: usize = std::env::var("NSB_S17_ROUNDS")
