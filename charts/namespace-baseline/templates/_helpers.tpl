@@ -61,7 +61,7 @@ policy and the in-process bindings (pod-wall.yaml) leave out the same ones. */}}
 JSON object. Called with (dict "label" <namespaceLabel> "negate" <bool>). */}}
 {{- define "nsb.inProcessRequirement" -}}
 {{- $parts := splitn "=" 2 .label -}}
-{{- if hasKey $parts "_1" -}}
+{{- if contains "=" .label -}}
 {{ toJson (dict "key" $parts._0 "operator" (ternary "NotIn" "In" .negate) "values" (list $parts._1)) }}
 {{- else -}}
 {{ toJson (dict "key" $parts._0 "operator" (ternary "DoesNotExist" "Exists" .negate)) }}
