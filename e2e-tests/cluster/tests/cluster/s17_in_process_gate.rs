@@ -294,7 +294,10 @@ async fn s17_in_process_gate_parity_with_the_policy_fixtures() {
                 .unwrap_or_else(|error| panic!("{}: its ServiceAccount: {error:#}", fixture.file));
         }
         for mut policy in fixture.list("networkPolicies") {
-            let original = policy["metadata"]["namespace"].as_str().unwrap_or("").to_owned();
+            let original = policy["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned();
             policy["metadata"] = json!({"name": policy["metadata"]["name"],
                 "namespace": rename(&original), "labels": policy["metadata"]["labels"]});
             cluster
@@ -314,7 +317,12 @@ async fn s17_in_process_gate_parity_with_the_policy_fixtures() {
                     .binding(&baseline, part, &label)
                     .unwrap_or_else(|error| panic!("{}: {error:#}", fixture.file));
                 let binding = confined(&binding, &prefix, &namespace, &rename);
-                created_bindings.push(binding["metadata"]["name"].as_str().unwrap_or("").to_owned());
+                created_bindings.push(
+                    binding["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                );
                 cluster
                     .apply(&binding)
                     .await
@@ -334,22 +342,37 @@ async fn s17_in_process_gate_parity_with_the_policy_fixtures() {
     let template = chart
         .binding("guarded", "default-deny", "baseline=guarded")
         .expect("the chart's binding");
-    let binding = confined(&template, &format!("{}-sentinel", names.name), &sentinel, &|name| {
-        format!("{}-{name}", names.name)
-    });
-    created_bindings.push(binding["metadata"]["name"].as_str().unwrap_or("").to_owned());
+    let binding = confined(
+        &template,
+        &format!("{}-sentinel", names.name),
+        &sentinel,
+        &|name| format!("{}-{name}", names.name),
+    );
+    created_bindings.push(
+        binding["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned(),
+    );
     cluster.apply(&binding).await.expect("the sentinel binding");
     let took = wait_binding_used(&cluster, &sentinel)
         .await
         .expect("the bindings used");
-    figure("s17", format!("bindings used {} ms after their creation", took.as_millis()));
+    figure(
+        "s17",
+        format!("bindings used {} ms after their creation", took.as_millis()),
+    );
 
     let mut mismatches = Vec::new();
     let mut listed_but_equal = Vec::new();
     for (fixture, namespace, expected, entries) in &runs {
-        let verdict = create_pod(&cluster.admin, namespace, &fixture.value["request"]["object"])
-            .await
-            .unwrap_or_else(|error| panic!("{}: {error:#}", fixture.file));
+        let verdict = create_pod(
+            &cluster.admin,
+            namespace,
+            &fixture.value["request"]["object"],
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{}: {error:#}", fixture.file));
         let same = verdict.is_ok() == *expected;
         let listed = DIFFERENCES.iter().find(|(file, _)| *file == fixture.file);
         let policy = if *expected { "admitted" } else { "refused" };
@@ -365,7 +388,9 @@ async fn s17_in_process_gate_parity_with_the_policy_fixtures() {
         );
         match (same, listed) {
             (true, None) => figure("s17", format!("same verdict: {line}")),
-            (false, Some((_, why))) => figure("s17", format!("DIFFERS (listed): {line}; why: {why}")),
+            (false, Some((_, why))) => {
+                figure("s17", format!("DIFFERS (listed): {line}; why: {why}"))
+            }
             (false, None) => mismatches.push(line),
             (true, Some(_)) => listed_but_equal.push(line),
         }
@@ -424,7 +449,12 @@ async fn s17_stale_param_cache_refusals_after_the_wall() {
             .expect("matchExpressions")
             .push(json!({"key": "e2e.hedronite.io/scenario", "operator": "In",
                 "values": [names.label_value]}));
-        bindings.push(binding["metadata"]["name"].as_str().unwrap_or("").to_owned());
+        bindings.push(
+            binding["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+        );
         cluster.apply(&binding).await.expect("a binding");
     }
     for namespace in &namespaces {
@@ -443,7 +473,9 @@ async fn s17_stale_param_cache_refusals_after_the_wall() {
     let mut messages = BTreeMap::<String, usize>::new();
     for namespace in &namespaces {
         // Before the wall: refused, every round.
-        let before = create_pod(&cluster.admin, namespace, &pod).await.expect("a pod");
+        let before = create_pod(&cluster.admin, namespace, &pod)
+            .await
+            .expect("a pod");
         assert!(
             before.is_err(),
             "a pod was admitted in {namespace} before its wall existed"
@@ -457,7 +489,10 @@ async fn s17_stale_param_cache_refusals_after_the_wall() {
         let walled = Instant::now();
         let mut first = true;
         loop {
-            match create_pod(&cluster.admin, namespace, &pod).await.expect("a pod") {
+            match create_pod(&cluster.admin, namespace, &pod)
+                .await
+                .expect("a pod")
+            {
                 Ok(()) => break,
                 Err((_, message)) => {
                     if first {
@@ -493,7 +528,10 @@ async fn s17_stale_param_cache_refusals_after_the_wall() {
         ),
     );
     for (message, count) in &messages {
-        figure("s17", format!("refused right after the wall ({count}x): {message}"));
+        figure(
+            "s17",
+            format!("refused right after the wall ({count}x): {message}"),
+        );
     }
     delete_bindings(&cluster.admin, &bindings).await;
 
@@ -512,7 +550,10 @@ async fn s17_stale_param_cache_refusals_after_the_wall() {
         &namespace,
         &|name| format!("{}-{name}", names.name),
     );
-    let binding_name = binding["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let binding_name = binding["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
     cluster.apply(&binding).await.expect("a binding");
     wait_binding_used(&cluster, &namespace)
         .await

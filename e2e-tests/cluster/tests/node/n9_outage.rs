@@ -192,7 +192,12 @@ async fn outlives_an_outage(scenario: &str, pod_scope: Option<&'static str>, in_
             let binding = chart
                 .binding_for(&names.name, part, &names.selector())
                 .expect("a binding");
-            in_process_bindings.push(binding["metadata"]["name"].as_str().unwrap_or("").to_owned());
+            in_process_bindings.push(
+                binding["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            );
             cluster.apply(&binding).await.expect("applying a binding");
         }
         // ChainOptions is Copy, with 'static labels: the run's label value, leaked once.
