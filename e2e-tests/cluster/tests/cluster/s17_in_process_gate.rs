@@ -500,7 +500,12 @@ async fn s17_stale_param_cache_refusals_after_the_wall() {
                     if first_refused_at.is_none() {
                         first_refused_at = Some(Instant::now());
                         refused_right_after += 1;
-                        *messages.entry(message).or_default() += 1;
+                        // Grouped by what follows the pod's name.
+                        let reason = message
+                            .split_once(" is forbidden: ")
+                            .map_or(message.as_str(), |(_, reason)| reason)
+                            .to_owned();
+                        *messages.entry(reason).or_default() += 1;
                     }
                 }
             }
