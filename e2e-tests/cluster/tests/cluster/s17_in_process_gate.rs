@@ -12,6 +12,8 @@
 //!   API server looks the wall up in its informer only (1.36). Measured over
 //!   `NSB_S17_ROUNDS` rounds (default 50): how many pods are refused right after their wall,
 //!   and how long until a retry is admitted. Every pod created before its wall must be refused.
+//! - **What it costs**: 300 dry-run Pod CREATEs each in a walled namespace (through the gate)
+//!   and an unguarded one (no binding), interleaved, as s16 measures the webhook's.
 //! - **The anchor**: once every binding but the chart's anchor is deleted, a new binding still
 //!   finds its walls (the API server's NetworkPolicy informer was not stopped).
 //!
@@ -41,6 +43,9 @@ const NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// second) and a retried pod to be admitted.
 const TAKES_EFFECT: Duration = Duration::from_secs(10);
 const DEFAULT_ROUNDS: usize = 50;
+/// Pod CREATEs per class measured, and before them not measured (as s16 does).
+const LATENCY_CREATES: usize = 300;
+const LATENCY_WARM_UP: usize = 20;
 
 /// The pod fixtures whose in-process verdict differs from the policy's, and why.
 const DIFFERENCES: &[(&str, &str)] = &[
@@ -555,6 +560,44 @@ async fn s17_stale_param_cache_refusals_after_the_wall() {
             format!("refused right after the wall ({count}x): {message}"),
         );
     }
+
+    // What the gate adds to a Pod CREATE: dry-run creates interleaved between a walled
+    // namespace its bindings match and an unguarded one no binding matches.
+    let unguarded = names.namespace("unguarded");
+    create_namespace(&cluster, &unguarded, &json!({}))
+        .await
+        .expect("the unguarded namespace");
+    let walled = &namespaces[0];
+    let mut latencies: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..(LATENCY_WARM_UP + LATENCY_CREATES) {
+        for (class, namespace) in [walled, &unguarded].into_iter().enumerate() {
+            let started = Instant::now();
+            let verdict = create_pod(&cluster.admin, namespace, &pod)
+                .await
+                .expect("a pod");
+            let took = started.elapsed().as_secs_f64() * 1000.0;
+            assert!(verdict.is_ok(), "{namespace}: {}", verdict_text(&verdict));
+            if round >= LATENCY_WARM_UP {
+                latencies[class].push(took);
+            }
+        }
+    }
+    for samples in &mut latencies {
+        samples.sort_by(f64::total_cmp);
+    }
+    let [gated, open] = &latencies;
+    figure(
+        "s17",
+        format!(
+            "dry-run Pod CREATE, {LATENCY_CREATES} each, interleaved: walled namespace through the in-process gate p50 {:.2} ms, p99 {:.2} ms; unguarded namespace (no binding) p50 {:.2} ms, p99 {:.2} ms; added p50 {:.2} ms, p99 {:.2} ms",
+            percentile(gated, 50.0),
+            percentile(gated, 99.0),
+            percentile(open, 50.0),
+            percentile(open, 99.0),
+            percentile(gated, 50.0) - percentile(open, 50.0),
+            percentile(gated, 99.0) - percentile(open, 99.0),
+        ),
+    );
     delete_bindings(&cluster.admin, &bindings).await;
 
     // The anchor keeps the API server's NetworkPolicy informer: with every other binding of
