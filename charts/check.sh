@@ -8,7 +8,8 @@
 #   --out DIR  keep the renderings there (default.yaml, minimal.yaml, everything.yaml), e.g.
 #              for e2e-tests/manifests-check.sh to apply them, and cilium/cilium.yaml (in a
 #              directory of its own: it needs Cilium's CRDs, so it is not applied); default: a
-#              temporary directory
+#              temporary directory; in-process/ holds the renderings of
+#              admissionPolicy.pods.inProcess (not applied either)
 #
 # Builds helm (charts/install-helm.sh, cached) and nsb-manifests (cargo) when needed.
 # Environment: CARGO (default cargo), CARGO_TARGET_DIR, HELM_VERSION, NSB_CACHE_DIR.
@@ -151,6 +152,39 @@ if message="$("$HELM" template namespace-baseline "$CHART" --set reconciler.netw
 fi
 grep -qF 'needs reconciler.networkPolicy.apiServer.ports' <<<"$message" ||
   { echo "!! the Cilium door's failure does not name the ports: $message" >&2; exit 1; }
+
+# admissionPolicy.pods.inProcess (docs/design.md, "The wall checked in the API server"): the
+# ValidatingAdmissionPolicy and its bindings, as charts/tests/in-process-objects.yaml has them
+# (the cluster test s17 applies that file), and the webhook's Pod policy leaving the listed
+# baselines' namespaces out.
+# (In a directory of their own: e2e-tests/manifests-check.sh applies the top-level renderings,
+# everything.yaml's list among them.)
+nsb_say "helm template -f charts/tests/in-process.yaml against charts/tests/in-process-objects.yaml"
+mkdir -p "$OUT/in-process"
+"$HELM" template namespace-baseline "$CHART" -f "$ROOT/charts/tests/in-process.yaml" 2> >(quiet) >"$OUT/in-process/in-process.yaml"
+{ documents_of_kind "$OUT/in-process/in-process.yaml" ValidatingAdmissionPolicy
+  documents_of_kind "$OUT/in-process/in-process.yaml" ValidatingAdmissionPolicyBinding; } >"$OUT/in-process/objects.yaml"
+"$MANIFESTS" compare "$OUT/in-process/objects.yaml" --against "$ROOT/charts/tests/in-process-objects.yaml"
+grep -qF -- '- {"key":"baseline","operator":"NotIn","values":["guarded"]}' "$OUT/in-process/in-process.yaml" &&
+  grep -qF -- '- {"key":"hedronite.io/guard","operator":"NotIn","values":["namespace-baseline-system"]}' "$OUT/in-process/in-process.yaml" ||
+  { echo "!! in-process/in-process.yaml: the webhook's Pod policy does not leave the listed baselines' namespaces out" >&2; exit 1; }
+# allowDNS: false: the deny-all's binding only; a key-only label: Exists, negated DoesNotExist.
+"$HELM" template namespace-baseline "$CHART" -f "$ROOT/charts/tests/api-door.yaml" \
+  -f <(printf 'admissionPolicy:\n  pods:\n    inProcess: [{baseline: team-b, namespaceLabel: example.com/team-b, allowDNS: false}]\n') \
+  2> >(quiet) >"$OUT/in-process/no-dns.yaml"
+[[ $(grep -c '^  name: pods-wait-for-nsb-team-b-' "$OUT/in-process/no-dns.yaml") == 1 ]] &&
+  grep -qF -- '- {"key":"example.com/team-b","operator":"Exists"}' "$OUT/in-process/no-dns.yaml" &&
+  grep -qF -- '- {"key":"example.com/team-b","operator":"DoesNotExist"}' "$OUT/in-process/no-dns.yaml" ||
+  { echo "!! in-process/no-dns.yaml: one binding (the deny-all's), selecting the key with Exists, the webhook's Pod policy with DoesNotExist" >&2; exit 1; }
+if grep -qE '^kind: ValidatingAdmissionPolicy' "$OUT/default.yaml"; then
+  echo "!! the default rendering has a ValidatingAdmissionPolicy: admissionPolicy.pods.inProcess is opt-in" >&2; exit 1
+fi
+refused "an in-process baseline name over 63 characters" "at '/admissionPolicy/pods/inProcess/0/baseline'" \
+  -f <(printf 'admissionPolicy:\n  pods:\n    inProcess: [{baseline: %s, namespaceLabel: a=b}]\n' "$(printf 'b%.0s' {1..64})")
+refused "an in-process entry without its label" "at '/admissionPolicy/pods/inProcess/0'" \
+  -f <(printf 'admissionPolicy:\n  pods:\n    inProcess: [{baseline: team-a}]\n')
+refused "an in-process label with a negation" "at '/admissionPolicy/pods/inProcess/0/namespaceLabel'" \
+  -f <(printf 'admissionPolicy:\n  pods:\n    inProcess: [{baseline: team-a, namespaceLabel: "a!=b"}]\n')
 
 # What the variants must say, beyond rendering.
 expect() { grep -qF -- "$2" "$OUT/$1.yaml" || { echo "!! $1.yaml lacks: $2" >&2; exit 1; }; }

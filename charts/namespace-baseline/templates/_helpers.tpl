@@ -47,3 +47,23 @@ and no addresses given). "true" or empty. */}}
 {{ $image.repository }}:{{ $image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end }}
+
+{{/* The namespaces whose pods never wait for a wall, as a JSON list: the system ones, the
+chart's, the policy-server's and admissionPolicy.pods.excludedNamespaces. The webhook's Pod
+policy and the in-process bindings (pod-wall.yaml) leave out the same ones. */}}
+{{- define "nsb.podGateExcludedNamespaces" -}}
+{{- $p := .Values.admissionPolicy -}}
+{{ toJson (concat (list "kube-system" "kube-public" "kube-node-lease" (include "nsb.namespace" .) $p.policyServerAccess.namespace) $p.pods.excludedNamespaces | uniq) }}
+{{- end }}
+
+{{/* The label requirement of an admissionPolicy.pods.inProcess entry's namespaceLabel
+("key=value": In; "key": Exists), or its negation with "negate" (NotIn; DoesNotExist), as a
+JSON object. Called with (dict "label" <namespaceLabel> "negate" <bool>). */}}
+{{- define "nsb.inProcessRequirement" -}}
+{{- $parts := splitn "=" 2 .label -}}
+{{- if contains "=" .label -}}
+{{ toJson (dict "key" $parts._0 "operator" (ternary "NotIn" "In" .negate) "values" (list $parts._1)) }}
+{{- else -}}
+{{ toJson (dict "key" $parts._0 "operator" (ternary "DoesNotExist" "Exists" .negate)) }}
+{{- end -}}
+{{- end }}

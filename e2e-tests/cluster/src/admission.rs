@@ -58,6 +58,23 @@ pub struct ChainOptions {
     /// `admissionPolicy.pods.scope: [{key: KEY, operator: Exists}]`, set to the label the
     /// baselines select by.
     pub pod_scope: Option<&'static str>,
+    /// The namespaceLabel (key, value) of a baseline the chart's `admissionPolicy.pods.inProcess`
+    /// lists: the Pod rule's namespaceSelector leaves its namespaces out (`NotIn [value]`), as
+    /// the chart renders it, since the API server gates their pods itself.
+    pub pod_in_process: Option<(&'static str, &'static str)>,
+}
+
+/// What `options` adds to the Pod rule's `namespaceSelector.matchExpressions`, as the chart's
+/// `admissionPolicy.pods.scope` and `inProcess` do.
+pub fn pod_selector_additions(options: &ChainOptions) -> Vec<Value> {
+    let mut additions = Vec::new();
+    if let Some(key) = options.pod_scope {
+        additions.push(json!({"key": key, "operator": "Exists"}));
+    }
+    if let Some((key, value)) = options.pod_in_process {
+        additions.push(json!({"key": key, "operator": "NotIn", "values": [value]}));
+    }
+    additions
 }
 
 impl Default for ChainOptions {
@@ -67,6 +84,7 @@ impl Default for ChainOptions {
             workers: None,
             without_grant: None,
             pod_scope: None,
+            pod_in_process: None,
         }
     }
 }
@@ -142,7 +160,8 @@ impl Cluster {
         let module = PolicyServerProcess::module_from_env()?;
         let version = PolicyServerProcess::version(&binary)?;
         let mut policies = shipped_policies()?;
-        if let Some(key) = options.pod_scope {
+        let additions = pod_selector_additions(&options);
+        if !additions.is_empty() {
             let pods = policies
                 .iter_mut()
                 .find(|policy| policy.matches("", "pods"))
@@ -150,7 +169,7 @@ impl Cluster {
             pods.spec["namespaceSelector"]["matchExpressions"]
                 .as_array_mut()
                 .context("the Pod rule's policy has no namespaceSelector.matchExpressions")?
-                .push(json!({"key": key, "operator": "Exists"}));
+                .extend(additions);
         }
         let declared = kubewarden::metadata_rules(&repo_root().join("metadata.yml"))?;
         for policy in &policies {

@@ -24,7 +24,7 @@ use namespace_baseline_testkit::kubewarden::{
 use namespace_baseline_testkit::policy_server_log::PolicyServerLog;
 use serde_json::{Value, json};
 
-use crate::admission::{ChainOptions, shipped_policies};
+use crate::admission::{ChainOptions, pod_selector_additions, shipped_policies};
 use crate::{Cluster, TEST_MANAGER, wait_until};
 
 /// What `e2e-tests/node/kubewarden.sh` wrote to the node's env: the policy's reference by
@@ -70,18 +70,20 @@ pub fn pushed_module() -> Result<String> {
 }
 
 /// `policy` as a user applies it here: the shipped manifest with its module changed to
-/// `module`, and with `options.pod_scope` the chart's `admissionPolicy.pods.scope`.
+/// `module`, and with `options.pod_scope` and `pod_in_process` the chart's
+/// `admissionPolicy.pods.scope` and `inProcess`.
 pub fn as_applied(
     mut policy: ClusterAdmissionPolicy,
     module: &str,
     options: &ChainOptions,
 ) -> Result<ClusterAdmissionPolicy> {
     policy.spec["module"] = json!(module);
-    if let (Some(key), true) = (options.pod_scope, policy.matches("", "pods")) {
+    let additions = pod_selector_additions(options);
+    if !additions.is_empty() && policy.matches("", "pods") {
         policy.spec["namespaceSelector"]["matchExpressions"]
             .as_array_mut()
             .context("the Pod rule's policy has no namespaceSelector.matchExpressions")?
-            .push(json!({"key": key, "operator": "Exists"}));
+            .extend(additions);
     }
     Ok(policy)
 }

@@ -47,6 +47,7 @@ pub use namespace_baseline_core::identity::{FIELD_MANAGER, deny_all_policy_name,
 pub mod admission;
 pub mod faults;
 pub mod flags;
+pub mod in_process;
 pub mod kubewarden_stack;
 pub mod leadership;
 pub mod repairs;

@@ -14,6 +14,7 @@ mod s13_every_namespace;
 mod s14_openreports;
 mod s15_policy_server;
 mod s16_pod_create_cost;
+mod s17_in_process_gate;
 mod s1_crd;
 mod s2_s3_wall;
 mod s4_quiet;

@@ -3,10 +3,13 @@
 //! from their first instant, try TCP and UDP to a listener pod in another (unwalled)
 //! namespace, which tries to connect in; repeated R rounds with `podsWaitForWall` on (the
 //! built policy in the API server's admission chain, core/src/decisions/admission/pods.rs) and R with
-//! its Pod CREATE rule out of the chain.
+//! its Pod CREATE rule out of the chain, and R with the gate in the API server itself (the
+//! chart's `admissionPolicy.pods.inProcess` listing the baseline: its ValidatingAdmissionPolicy
+//! and bindings, and the webhook's Pod rule out of the chain, as the chart's negation takes
+//! these namespaces out of it; docs/design.md, "The wall checked in the API server").
 //!
 //! What it tells: from the audit log, how many pods were admitted before the wall's
-//! NetworkPolicies were created (gate on: asserted 0; off: reported); from the pods' own
+//! NetworkPolicies were created (gate on and in-process: asserted 0; off: reported); from the pods' own
 //! records, how many attempts got through before the enforcer acted (kube-router v2.1.0's
 //! own window, kube-router#873: reported, never asserted); and what the gate costs, the
 //! Namespace create to the first pod Running (p50/p99).
@@ -23,6 +26,7 @@ use kube::api::ListParams;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use namespace_baseline_cluster_tests::admission::ChainOptions;
+use namespace_baseline_cluster_tests::in_process::{ChartObjects, delete_bindings};
 use namespace_baseline_cluster_tests::kubewarden_stack::{ACTIVE_WITHIN, ControllerChain};
 use namespace_baseline_cluster_tests::{
     AuditEvent, AuditMark, Cluster, Scenario, deny_all_policy_name, dns_policy_name,
@@ -58,6 +62,8 @@ const CHAIN_UPDATE: Duration = Duration::from_secs(15);
 enum Gate {
     On,
     Off,
+    /// In the API server (the chart's `admissionPolicy.pods.inProcess`).
+    InProcess,
 }
 
 impl Gate {
@@ -65,6 +71,7 @@ impl Gate {
         match self {
             Self::On => "on",
             Self::Off => "off",
+            Self::InProcess => "api",
         }
     }
 }
@@ -137,6 +144,11 @@ async fn n8_pods_wait_for_their_wall_and_the_enforcers_window_is_measured() {
     if let Ok(by_gate) = &measured {
         namespaces.extend(by_gate.iter().flatten().map(|r| r.namespace.clone()));
     }
+    let bindings: Vec<String> = ["default-deny", "allow-dns"]
+        .iter()
+        .map(|part| format!("pods-wait-for-nsb-{}-{part}", names.name))
+        .collect();
+    delete_bindings(&cluster.admin, &bindings).await;
     names.delete_namespaces(&namespaces).await;
     let by_gate = measured.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     for namespace in &namespaces {
@@ -148,6 +160,12 @@ async fn n8_pods_wait_for_their_wall_and_the_enforcers_window_is_measured() {
         "with podsWaitForWall, pods were admitted before their wall: {:#?}",
         by_gate[0]
     );
+    let admitted: usize = by_gate[2].iter().map(|r| r.admitted_before_wall).sum();
+    assert_eq!(
+        admitted, 0,
+        "with the gate in the API server, pods were admitted before their wall: {:#?}",
+        by_gate[2]
+    );
 }
 
 fn rounds() -> usize {
@@ -157,10 +175,13 @@ fn rounds() -> usize {
         .unwrap_or(DEFAULT_ROUNDS)
 }
 
-/// Both gate settings, `rounds` each (gate on first): the rounds, and the FIGURE lines.
-async fn measure(bed: &Bed<'_>, rounds: usize) -> [Vec<Round>; 2] {
-    let mut by_gate = [Vec::new(), Vec::new()];
-    for (gate, results) in [Gate::On, Gate::Off].into_iter().zip(&mut by_gate) {
+/// The three gate settings, `rounds` each (gate on first): the rounds, and the FIGURE lines.
+async fn measure(bed: &Bed<'_>, rounds: usize) -> [Vec<Round>; 3] {
+    let mut by_gate = [Vec::new(), Vec::new(), Vec::new()];
+    for (gate, results) in [Gate::On, Gate::Off, Gate::InProcess]
+        .into_iter()
+        .zip(&mut by_gate)
+    {
         set_gate(bed, gate).await;
         for round in 0..rounds {
             let result = run_round(bed, gate, round).await;
@@ -217,6 +238,23 @@ async fn set_gate(bed: &Bed<'_>, gate: Gate) {
             Err(error) => Err(error),
         },
         Gate::Off => bed.chain.delete(pods_policy).await,
+        // After Off: the webhook's Pod rule stays out; the API server's bindings come in.
+        Gate::InProcess => {
+            let chart = ChartObjects::read().expect("the chart's in-process objects");
+            chart
+                .apply_policy_and_anchor(bed.cluster)
+                .await
+                .expect("the in-process policy");
+            for part in ["default-deny", "allow-dns"] {
+                let binding = chart
+                    .binding_for(&bed.names.name, part, &bed.names.selector())
+                    .expect("a binding");
+                bed.cluster.apply(&binding).await.expect("a binding");
+            }
+            // The API server refreshes its policies every second.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Ok(Duration::from_secs(3))
+        }
     }
     .expect("changing the ClusterAdmissionPolicies");
     figure(

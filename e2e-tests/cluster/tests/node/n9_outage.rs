@@ -26,9 +26,13 @@
 //!    refused Deployment reaches its replica (time from ready to Running, and how many of its
 //!    controller's attempts were refused), the new wall exists.
 //!
-//! Each refusal's message and each step's time are FIGURE lines. The two tests run the same
+//! Each refusal's message and each step's time are FIGURE lines. The three tests run the same
 //! outage: `n9_..._outage` with the chain exactly as deploy/ ships it, `n9_scoped_...` with
-//! the Pod rule's namespaceSelector also requiring the label the baselines select by.
+//! the Pod rule's namespaceSelector also requiring the label the baselines select by, and
+//! `n9_in_process_...` with the chart's `admissionPolicy.pods.inProcess` listing the guarded
+//! namespace's baseline (docs/design.md, "The wall checked in the API server"): the API server
+//! gates that namespace's pods itself, so its pod is admitted during the outage once its wall
+//! exists, while the baseline created during the outage, not listed, is still the webhook's.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -40,6 +44,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use namespace_baseline_cluster_tests::admission::{ChainOptions, dry_run_pod_create};
+use namespace_baseline_cluster_tests::in_process::{ChartObjects, delete_bindings};
 use namespace_baseline_cluster_tests::kubewarden_stack::ControllerChain;
 use namespace_baseline_cluster_tests::{
     AuditEvent, AuditMark, Cluster, SCENARIO_LABEL, Scenario, TEST_MANAGER, reconciler_username,
@@ -84,19 +89,26 @@ struct Bed<'a> {
     daemon_set: String,
     /// The label key the Pod rule's namespaceSelector also requires (`None`: as shipped).
     pod_scope: Option<&'static str>,
+    /// The scenario's baseline is listed in the chart's `admissionPolicy.pods.inProcess`.
+    in_process: bool,
 }
 
 #[tokio::test]
 async fn n9_the_cluster_outlives_a_policy_server_outage() {
-    outlives_an_outage("n9", None).await;
+    outlives_an_outage("n9", None, false).await;
 }
 
 #[tokio::test]
 async fn n9_scoped_unguarded_pods_never_wait_on_the_policy_server() {
-    outlives_an_outage("n9s", Some(SCENARIO_LABEL)).await;
+    outlives_an_outage("n9s", Some(SCENARIO_LABEL), false).await;
 }
 
-async fn outlives_an_outage(scenario: &str, pod_scope: Option<&'static str>) {
+#[tokio::test]
+async fn n9_in_process_walled_pods_start_during_the_outage() {
+    outlives_an_outage("n9p", None, true).await;
+}
+
+async fn outlives_an_outage(scenario: &str, pod_scope: Option<&'static str>, in_process: bool) {
     let (cluster, names, _) = common::start(scenario).await;
     let node = Node::from_env();
     let bed = Bed {
@@ -111,6 +123,7 @@ async fn outlives_an_outage(scenario: &str, pod_scope: Option<&'static str>) {
         system_deployment: format!("{}-system", names.name),
         daemon_set: format!("{}-daemon", names.name),
         pod_scope,
+        in_process,
     };
     // The label that takes a namespace out of the gate may be set only by an exempt identity,
     // and the shipped settings exempt nobody (the test's admin is in system:masters, which is
@@ -165,10 +178,37 @@ async fn outlives_an_outage(scenario: &str, pod_scope: Option<&'static str>) {
     .await;
     eprintln!("n9: the DaemonSet's pod {daemon_pod} Running after {took:.1?}");
 
+    // The chart's objects for an inProcess entry naming the scenario's baseline, before the
+    // webhook's policies leave its namespaces out.
+    let mut in_process_bindings = Vec::new();
+    let mut pod_in_process = None;
+    if in_process {
+        let chart = ChartObjects::read().expect("the chart's in-process objects");
+        chart
+            .apply_policy_and_anchor(&cluster)
+            .await
+            .expect("the in-process policy");
+        for part in ["default-deny", "allow-dns"] {
+            let binding = chart
+                .binding_for(&names.name, part, &names.selector())
+                .expect("a binding");
+            in_process_bindings.push(
+                binding["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            );
+            cluster.apply(&binding).await.expect("applying a binding");
+        }
+        // ChainOptions is Copy, with 'static labels: the run's label value, leaked once.
+        let value: &'static str = Box::leak(names.label_value.clone().into_boxed_str());
+        pod_in_process = Some((SCENARIO_LABEL, value));
+    }
     let outcome = cluster
         .with_controller_chain(
             ChainOptions {
                 pod_scope,
+                pod_in_process,
                 ..ChainOptions::default()
             },
             async |chain| {
@@ -197,6 +237,7 @@ async fn outlives_an_outage(scenario: &str, pod_scope: Option<&'static str>) {
             eprintln!("!! deleting the kube-system {kind}: {error}");
         }
     }
+    delete_bindings(&cluster.admin, &in_process_bindings).await;
     let namespaces = [bed.exempt, bed.open, bed.walled, bed.late];
     names.delete_namespaces(&namespaces).await;
     outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -214,7 +255,7 @@ async fn before_the_outage(bed: &Bed<'_>, chain: &ControllerChain) {
         ("kube-system", false),
         (bed.exempt.as_str(), false),
         (bed.open.as_str(), bed.pod_scope.is_none()),
-        (bed.walled.as_str(), true),
+        (bed.walled.as_str(), !bed.in_process),
     ] {
         let took = chain
             .wait_pods_judged(admin, namespace, judged, Duration::from_secs(30))
@@ -336,11 +377,20 @@ async fn outage(bed: &Bed<'_>, chain: &ControllerChain, daemon_pod: &str) {
         ));
     }
 
-    // 3. A guarded namespace whose wall exists: it reaches the dead server too.
-    let refused = refused_pod_create(admin, chain, &bed.walled).await;
-    at(&format!(
-        "step 3: pod in the guarded namespace whose wall exists refused: {refused}"
-    ));
+    // 3. A guarded namespace whose wall exists: it reaches the dead server too, unless the
+    // API server gates it (inProcess): then its pod runs.
+    if bed.in_process {
+        let (pod, took) = app_running(bed, &bed.walled).await;
+        at(&format!(
+            "step 3: Deployment in the guarded namespace whose wall exists, gated by the API server (inProcess): its pod {pod} Running {:.1} s after the create",
+            took.as_secs_f64()
+        ));
+    } else {
+        let refused = refused_pod_create(admin, chain, &bed.walled).await;
+        at(&format!(
+            "step 3: pod in the guarded namespace whose wall exists refused: {refused}"
+        ));
+    }
 
     // 4. No new namespace at all; a newly guarded one gets no wall and no pod.
     let new_namespace: Namespace = serde_json::from_value(json!({
@@ -386,11 +436,14 @@ async fn outage(bed: &Bed<'_>, chain: &ControllerChain, daemon_pod: &str) {
 
     // The refused namespaces' Deployments, last, so that their controllers' backoff grows
     // over the end of the outage only (a longer outage: a longer first retry after it).
-    let refused_apps: Vec<&String> = if bed.pod_scope.is_some() {
+    let mut refused_apps: Vec<&String> = if bed.pod_scope.is_some() {
         vec![&bed.walled, &bed.late]
     } else {
         vec![&bed.open, &bed.walled, &bed.late]
     };
+    if bed.in_process {
+        refused_apps.retain(|namespace| **namespace != bed.walled);
+    }
     for &namespace in &refused_apps {
         bed.cluster
             .apply(&app(bed, namespace))
