@@ -180,6 +180,13 @@ e2e-tests: policy.wasm annotated-policy.wasm
 cluster-tests:
 	e2e-tests/cluster-tests.sh
 
+# The cluster scenarios on other Kubernetes releases (docs/install.md's compatibility table):
+# kube-apiserver and etcd of each e2e-tests/control-plane/compat/<release>/ module. Not in
+# `make test` (a Go build and ~5 minutes per release). RELEASES="v1.30.14" picks some.
+.PHONY: compat-tests
+compat-tests:
+	e2e-tests/compat-tests.sh $(RELEASES)
+
 # --- The node: the wall on real packets (e2e-tests/node/, e2e-tests/cluster/tests/node/) ---
 # A one-node Kubernetes in its own network namespace (kubelet, containerd + runc, CNI bridge,
 # kube-proxy, kube-router's NetworkPolicy firewall, CoreDNS), every binary built from Go

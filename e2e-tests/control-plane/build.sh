@@ -10,11 +10,14 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The Go module built: this directory's (v1.36), or NSB_K8S_MODULE_DIR (relative to here), e.g.
+# compat/v1.30.14 for the compatibility runs (compat/module.sh writes those).
+MODULE_DIR="$(cd "$HERE" && cd "${NSB_K8S_MODULE_DIR:-.}" && pwd)"
 
 # Versions come from go.mod (the require block; replace lines have "=>" as $2).
-K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$HERE/go.mod")"
-ETCD_VERSION="$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ { print $2; exit }' "$HERE/go.mod")"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" ]] || { echo "build.sh: cannot read versions from $HERE/go.mod" >&2; exit 1; }
+K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$MODULE_DIR/go.mod")"
+ETCD_VERSION="$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ { print $2; exit }' "$MODULE_DIR/go.mod")"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" ]] || { echo "build.sh: cannot read versions from $MODULE_DIR/go.mod" >&2; exit 1; }
 
 CACHE_ROOT="${NSB_CACHE_DIR:-$HOME/.cache/namespace-baseline}"
 BIN_DIR="$CACHE_ROOT/control-plane/$K8S_VERSION"
@@ -57,7 +60,7 @@ command -v go >/dev/null || { echo "build.sh: go not found in PATH" >&2; exit 1;
 # /version of the apiserver must report v1.36.x: set what hack/lib/version.sh would.
 major="${K8S_VERSION#v}"; major="${major%%.*}"
 minor="${K8S_VERSION#v*.}"; minor="${minor%%.*}"
-build_date="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>/dev/null | sed -n 's/.*"Time": *"\([^"]*\)".*/\1/p' | head -1)"
+build_date="$(env -C "$MODULE_DIR" go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>/dev/null | sed -n 's/.*"Time": *"\([^"]*\)".*/\1/p' | head -1)"
 build_date="${build_date:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}"
 V=k8s.io/component-base/version
 LDFLAGS="-s -w -X $V.gitVersion=$K8S_VERSION -X $V.gitMajor=$major -X $V.gitMinor=$minor"
@@ -67,7 +70,7 @@ tmp="$(mktemp -d "$CACHE_ROOT/control-plane/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
 log "building kube-apiserver $K8S_VERSION and etcd $ETCD_VERSION with $(go env GOVERSION) (cold build takes several minutes)..."
-nsb_run_logged "$tmp/build.log" env -C "$HERE" CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+nsb_run_logged "$tmp/build.log" env -C "$MODULE_DIR" CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
   go build -trimpath -ldflags "$LDFLAGS" -o "$tmp/" ./cmd/kube-apiserver ./cmd/etcd
 
 mkdir -p "$BIN_DIR"
