@@ -70,7 +70,16 @@ tmp="$(mktemp -d "$CACHE_ROOT/control-plane/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
 log "building kube-apiserver $K8S_VERSION and etcd $ETCD_VERSION with $(go env GOVERSION) (cold build takes several minutes)..."
-nsb_run_logged "$tmp/build.log" env -C "$MODULE_DIR" CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+# A compat module has no commands of its own: this directory's two are copied in beside its
+# go.mod (the same source for every release).
+build_dir="$MODULE_DIR"
+if [[ "$MODULE_DIR" != "$HERE" ]]; then
+  build_dir="$tmp/module"
+  mkdir -p "$build_dir/cmd"
+  cp "$MODULE_DIR/go.mod" "$MODULE_DIR/go.sum" "$build_dir/"
+  cp -r "$HERE/cmd/kube-apiserver" "$HERE/cmd/etcd" "$build_dir/cmd/"
+fi
+nsb_run_logged "$tmp/build.log" env -C "$build_dir" CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
   go build -trimpath -ldflags "$LDFLAGS" -o "$tmp/" ./cmd/kube-apiserver ./cmd/etcd
 
 mkdir -p "$BIN_DIR"

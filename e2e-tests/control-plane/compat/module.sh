@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Writes the Go module that builds kube-apiserver and etcd of another Kubernetes release, for
-# the compatibility runs (docs/install.md's table): compat/vX.Y.Z/ with the same two commands
-# as ../cmd/, k8s.io/kubernetes at that release, each staging module replaced by its published
-# v0.Y.Z tag (as ../go.mod does for v1.36), and the etcd server of the version that release's
-# own go.mod requires. Why a module per release: one go.mod can hold one k8s.io/kubernetes.
+# the compatibility runs (docs/install.md's table): compat/vX.Y.Z/go.mod and go.sum, with
+# k8s.io/kubernetes at that release, each staging module replaced by its published v0.Y.Z tag
+# (as ../go.mod does for v1.36), and the etcd server of the version that release's own go.mod
+# requires. The two commands are ../cmd/'s, copied in for `go mod tidy` and removed again
+# (build.sh copies them in at each build), so that they are written once. Why a module per
+# release: one go.mod can hold one k8s.io/kubernetes.
 #
 #   compat/module.sh v1.30.14     (then commit compat/v1.30.14/; build with
 #                                  NSB_K8S_MODULE_DIR=compat/v1.30.14 ../build.sh)
@@ -40,4 +42,5 @@ cp -r "$HERE/../cmd/kube-apiserver" "$HERE/../cmd/etcd" "$dir/cmd/"
   echo ")"
 } >"$dir/go.mod"
 (cd "$dir" && go mod tidy)
+rm -rf "$dir/cmd"
 echo "$dir"
