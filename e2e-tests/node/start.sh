@@ -282,6 +282,11 @@ serializeImagePulls: false
 evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# The images imported into containerd (never pulled) share their image ID with the same
+# reconciler image the operator's manual pulls from the node's registry; under the default
+# NeverVerifyPreloadedImages, kubelet's pull record of that ID (KEP-2535) then makes it pull the
+# imported ghcr.io tag again, which cannot be reached here. No pull secrets are used on the node.
+imagePullCredentialsVerificationPolicy: NeverVerify
 localStorageCapacityIsolation: false
 syncFrequency: 10s
 fileCheckFrequency: 10s
