@@ -306,17 +306,26 @@ pub async fn dry_run_pod_create(
         "spec": {"automountServiceAccountToken": false,
                  "containers": [{"name": "c", "image": "registry.invalid/never-pulled"}]},
     }))?;
+    dry_run_create(client, namespace, &pod).await
+}
+
+/// `pod` created as `client` in `namespace`, dry run, as [`dry_run_pod_create`] does.
+pub async fn dry_run_create(
+    client: &Client,
+    namespace: &str,
+    pod: &Pod,
+) -> Result<std::result::Result<(), (u16, String)>> {
     let dry_run = PostParams {
         dry_run: true,
         ..PostParams::default()
     };
     match Api::<Pod>::namespaced(client.clone(), namespace)
-        .create(&dry_run, &pod)
+        .create(&dry_run, pod)
         .await
     {
         Ok(_) => Ok(Ok(())),
         Err(kube::Error::Api(status)) => Ok(Err((status.code, status.message))),
-        Err(error) => Err(error).with_context(|| format!("creating pod {namespace}/{name}")),
+        Err(error) => Err(error).with_context(|| format!("creating a pod in {namespace}")),
     }
 }
 

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
-use kube::{Api, Client};
+use kube::Client;
+use namespace_baseline_cluster_tests::admission::dry_run_create;
 use namespace_baseline_cluster_tests::in_process::{
     ChartObjects, NO_PARAMS, confined, delete_bindings,
 };
@@ -163,18 +163,7 @@ async fn create_pod(
     // A fixture's pod names no token volume; the ServiceAccount admission would add one.
     pod["spec"]["automountServiceAccountToken"] = json!(false);
     let pod: Pod = serde_json::from_value(pod).context("a fixture's pod")?;
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    match Api::<Pod>::namespaced(client.clone(), namespace)
-        .create(&dry_run, &pod)
-        .await
-    {
-        Ok(_) => Ok(Ok(())),
-        Err(kube::Error::Api(status)) => Ok(Err((status.code, status.message))),
-        Err(error) => Err(error).with_context(|| format!("creating a pod in {namespace}")),
-    }
+    dry_run_create(client, namespace, &pod).await
 }
 
 async fn create_namespace(cluster: &Cluster, name: &str, labels: &Value) -> Result<()> {
